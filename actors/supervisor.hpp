@@ -1,0 +1,51 @@
+#pragma once
+
+// The supervisor: admission (max in flight, a bounded queue, a cap on
+// sandboxes being created), one monitored verification actor per
+// submission, exactly one terminal reply per submission.
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "messages/provider.hpp"
+
+namespace caf {
+class actor_system;
+} // namespace caf
+
+namespace sv {
+
+/// Turns the text of `result.json` into the result. Returns false and sets
+/// `error` to reject the text (the verification then fails with
+/// verifier_error / parse / invalid_result).
+using result_parser =
+  std::function<bool(const std::string& text, json& result, std::string& error)>;
+
+/// The default parser: the text must be one JSON object.
+bool parse_json_object(const std::string& text, json& result,
+                       std::string& error);
+
+struct supervisor_config {
+  /// Verifications running at once; 0 means 2 x hardware threads.
+  size_t max_in_flight = 0;
+  /// Submissions waiting for a slot; beyond it, `overloaded` rejections.
+  size_t max_queue = 10000;
+  /// Verifications in create or ready at once (bursts of creates are what
+  /// collapse real providers).
+  size_t max_creating = 16;
+  /// The provider block's `default_metadata` (lowest in the merge).
+  json default_metadata = json::object();
+  /// How `result.json` becomes a result.
+  result_parser parser = parse_json_object;
+};
+
+/// Spawns a supervisor that grades on `provider`. The supervisor monitors
+/// the provider: when it dies, every verification in flight fails with
+/// provider_unavailable / node_down at once.
+supervisor_actor spawn_supervisor(caf::actor_system& sys,
+                                  provider_actor provider,
+                                  supervisor_config cfg = {});
+
+} // namespace sv

@@ -1,0 +1,228 @@
+#pragma once
+
+// The protocol of DESIGN.md as plain value types. Everything here may cross
+// an actor boundary, including one between nodes: each type has `inspect()`
+// and is registered under the same name everywhere (messages/registry.cpp).
+// JSON conversion lives in messages/json.hpp.
+
+#include <caf/meta/type_name.hpp>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "messages/enums.hpp"
+#include "messages/json_inspect.hpp"
+
+namespace sv {
+
+using json = nlohmann::json;
+
+/// Text files by sandbox-relative path.
+using file_map = std::map<std::string, std::string>;
+
+/// Environment variables.
+using env_map = std::map<std::string, std::string>;
+
+// -- sandboxes ----------------------------------------------------------------
+
+/// Resources asked for a sandbox. Zero (or empty) means "not set".
+struct sandbox_resources {
+  double cpu = 0;
+  int64_t memory_mib = 0;
+  double disk_gib = 0;
+  int32_t gpu = 0;
+  std::string gpu_type;
+};
+
+/// What `create` builds: one fresh, single-use sandbox.
+struct sandbox_spec {
+  std::string image;
+  double ttl_s = 0;
+  double ready_timeout_s = 600;
+  std::string workdir = "/sandbox";
+  env_map env;
+  json metadata = json::object();
+  sandbox_resources resources;
+  json provider_options = json::object();
+};
+
+/// Names a sandbox a provider created. `state` is the provider's own.
+struct sandbox_handle {
+  std::string sandbox_id;
+  std::string provider_name;
+  std::string state;
+};
+
+/// One command in a sandbox. Paths are relative to the sandbox's workdir.
+/// With a `log_path`, stdout and stderr both go to that file.
+struct exec_request {
+  std::vector<std::string> argv;
+  std::string cwd;
+  env_map env;
+  double timeout_s = 0;
+  std::string log_path;
+};
+
+/// How a command ended. `stdout_text`/`stderr_text` are empty when the
+/// request named a `log_path`. `message` says what happened in words.
+struct exec_result {
+  std::string stdout_text;
+  std::string stderr_text;
+  int32_t return_code = 0;
+  exec_error_type error_type = exec_error_type::none;
+  std::string message;
+};
+
+// -- verifications ------------------------------------------------------------
+
+/// How to build and drive the sandbox of one verification.
+struct verification_config {
+  env_map env;
+  std::string image;
+  json metadata = json::object();
+  json provider_options = json::object();
+  std::string python = "python3";
+  double ready_timeout_s = 600;
+  double upload_timeout_s = 60;
+  double download_timeout_s = 60;
+  double stop_timeout_s = 60;
+  /// How long past `exec_timeout_s` to wait for the provider to report the
+  /// runner's end before giving up on it.
+  double exec_grace_s = 10;
+  sandbox_resources resources;
+};
+
+/// One submission.
+struct verification_request {
+  std::string id;
+  verification_config config;
+  file_map files;
+  json request = json::object();
+  double exec_timeout_s = 30;
+  json metadata = json::object();
+  std::string work_dir = "calls";
+};
+
+/// Why a verification produced no result. Always masks the sample.
+struct verification_failure {
+  failure_kind kind = failure_kind::verifier_error;
+  verification_state state = verification_state::create;
+  failure_cause cause = failure_cause::error;
+  std::string message;
+  std::string log_tail;
+};
+
+/// Milliseconds spent per state; negative for a state never entered.
+struct state_timings {
+  double create = -1;
+  double ready = -1;
+  double upload = -1;
+  double exec = -1;
+  double download = -1;
+  double stop = -1;
+  double total = 0;
+};
+
+/// The one terminal reply of a verification: `ok` with the parsed
+/// `result.json` in `result`, or not `ok` with `failure` saying why.
+struct verification_outcome {
+  std::string id;
+  bool ok = false;
+  json result;
+  verification_failure failure;
+  state_timings timings;
+};
+
+/// What a supervisor has done so far.
+struct supervisor_stats {
+  uint64_t submitted = 0;
+  uint64_t succeeded = 0;
+  uint64_t failed = 0;
+  uint64_t rejected_overloaded = 0;
+  uint64_t crashed = 0;
+  uint64_t sandboxes_created = 0;
+  uint64_t sandboxes_stopped = 0;
+  uint64_t stop_failures = 0;
+  uint64_t in_flight = 0;
+  uint64_t queued = 0;
+  uint64_t creating = 0;
+};
+
+// -- inspection ---------------------------------------------------------------
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, sandbox_resources& x) {
+  return f(caf::meta::type_name("sv::sandbox_resources"), x.cpu, x.memory_mib,
+           x.disk_gib, x.gpu, x.gpu_type);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, sandbox_spec& x) {
+  return f(caf::meta::type_name("sv::sandbox_spec"), x.image, x.ttl_s,
+           x.ready_timeout_s, x.workdir, x.env, x.metadata, x.resources,
+           x.provider_options);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, sandbox_handle& x) {
+  return f(caf::meta::type_name("sv::sandbox_handle"), x.sandbox_id,
+           x.provider_name, x.state);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, exec_request& x) {
+  return f(caf::meta::type_name("sv::exec_request"), x.argv, x.cwd, x.env,
+           x.timeout_s, x.log_path);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, exec_result& x) {
+  return f(caf::meta::type_name("sv::exec_result"), x.stdout_text,
+           x.stderr_text, x.return_code, x.error_type, x.message);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, verification_config& x) {
+  return f(caf::meta::type_name("sv::verification_config"), x.env, x.image,
+           x.metadata, x.provider_options, x.python, x.ready_timeout_s,
+           x.upload_timeout_s, x.download_timeout_s, x.stop_timeout_s,
+           x.exec_grace_s, x.resources);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f,
+                                        verification_request& x) {
+  return f(caf::meta::type_name("sv::verification_request"), x.id, x.config,
+           x.files, x.request, x.exec_timeout_s, x.metadata, x.work_dir);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f,
+                                        verification_failure& x) {
+  return f(caf::meta::type_name("sv::verification_failure"), x.kind, x.state,
+           x.cause, x.message, x.log_tail);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, state_timings& x) {
+  return f(caf::meta::type_name("sv::state_timings"), x.create, x.ready,
+           x.upload, x.exec, x.download, x.stop, x.total);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f,
+                                        verification_outcome& x) {
+  return f(caf::meta::type_name("sv::verification_outcome"), x.id, x.ok,
+           x.result, x.failure, x.timings);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, supervisor_stats& x) {
+  return f(caf::meta::type_name("sv::supervisor_stats"), x.submitted,
+           x.succeeded, x.failed, x.rejected_overloaded, x.crashed,
+           x.sandboxes_created, x.sandboxes_stopped, x.stop_failures,
+           x.in_flight, x.queued, x.creating);
+}
+
+} // namespace sv
