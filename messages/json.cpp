@@ -279,18 +279,20 @@ void to_json(json& j, const exec_result& x) {
            {"stderr", x.stderr_text},
            {"return_code", x.return_code},
            {"error_type", x.error_type},
-           {"message", x.message}};
+           {"message", x.message},
+           {"log_tail", x.log_tail}};
 }
 
 void from_json(const json& j, exec_result& x) {
-  check_object(j, "exec_result",
-               {"stdout", "stderr", "return_code", "error_type", "message"});
+  check_object(j, "exec_result", {"stdout", "stderr", "return_code",
+                                  "error_type", "message", "log_tail"});
   x = exec_result();
   field(j, "stdout", x.stdout_text);
   field(j, "stderr", x.stderr_text);
   required(j, "return_code", x.return_code);
   field(j, "error_type", x.error_type);
   field(j, "message", x.message);
+  field(j, "log_tail", x.log_tail);
 }
 
 // -- verifications ------------------------------------------------------------

@@ -65,14 +65,19 @@ struct exec_request {
 };
 
 /// How a command ended. `stdout_text`/`stderr_text` are empty when the
-/// request named a `log_path`. `message` says what happened in words.
+/// request named a `log_path`; then `log_tail` holds the log's last bytes
+/// (at most `log_tail_bytes`). `message` says what happened in words.
 struct exec_result {
   std::string stdout_text;
   std::string stderr_text;
   int32_t return_code = 0;
   exec_error_type error_type = exec_error_type::none;
   std::string message;
+  std::string log_tail;
 };
+
+/// How much of the runner log a failure carries (the seed's constant).
+inline constexpr size_t log_tail_bytes = 2000;
 
 // -- verifications ------------------------------------------------------------
 
@@ -179,7 +184,8 @@ typename Inspector::result_type inspect(Inspector& f, exec_request& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, exec_result& x) {
   return f(caf::meta::type_name("sv::exec_result"), x.stdout_text,
-           x.stderr_text, x.return_code, x.error_type, x.message);
+           x.stderr_text, x.return_code, x.error_type, x.message,
+           x.log_tail);
 }
 
 template <class Inspector>
