@@ -213,6 +213,25 @@ void on_io_done(local_actor* self, uint64_t req, caf::message& reply) {
   call.rp.deliver(std::move(reply));
 }
 
+/// Answers at once when the sandbox is unknown or `err` is set; otherwise
+/// hands the request to `start` with the id its I/O reply will carry.
+template <class F>
+caf::response_promise start_call(local_actor* self, const sandbox_handle& h,
+                                 caf::error err, F start) {
+  auto rp = self->make_response_promise();
+  if (refuse(rp, self->state.check_live(h)) || refuse(rp, std::move(err)))
+    return rp;
+  start(self->state.track(rp));
+  return rp;
+}
+
+void on_expired(local_actor* self, const std::string& id) {
+  if (self->state.live.erase(id) == 0)
+    return;
+  spdlog::warn("local provider: sandbox {} outlived its TTL, stopping it", id);
+  self->state.runtime->stop(0, id);
+}
+
 void on_exit_msg(local_actor* self, caf::exit_msg& msg) {
   if (!msg.reason)
     return;
@@ -248,52 +267,32 @@ caf::behavior local_provider(local_actor* self, detail::runtime_settings cfg) {
       },
       [self](upload_atom, const sandbox_handle& h, std::string& dir,
              file_map& files) {
-        auto rp = self->make_response_promise();
-        auto& st = self->state;
-        if (refuse(rp, st.check_live(h)) ||
-            refuse(rp, check_upload(dir, files)))
-          return rp;
-        st.runtime->upload(st.track(rp), h.sandbox_id, std::move(dir),
-                           std::move(files));
-        return rp;
+        return start_call(self, h, check_upload(dir, files), [&](auto req) {
+          self->state.runtime->upload(req, h.sandbox_id, std::move(dir),
+                                      std::move(files));
+        });
       },
       [self](exec_atom, const sandbox_handle& h, exec_request& x) {
-        auto rp = self->make_response_promise();
-        auto& st = self->state;
-        if (refuse(rp, st.check_live(h)) || refuse(rp, check_exec(x)))
-          return rp;
-        st.runtime->exec(st.track(rp), h.sandbox_id, std::move(x));
-        return rp;
+        return start_call(self, h, check_exec(x), [&](auto req) {
+          self->state.runtime->exec(req, h.sandbox_id, std::move(x));
+        });
       },
       [self](download_atom, const sandbox_handle& h, std::string& path) {
-        auto rp = self->make_response_promise();
-        auto& st = self->state;
-        if (refuse(rp, st.check_live(h)) ||
-            refuse(rp, check_path("path", path)))
-          return rp;
-        st.runtime->download(st.track(rp), h.sandbox_id, std::move(path));
-        return rp;
+        return start_call(self, h, check_path("path", path), [&](auto req) {
+          self->state.runtime->download(req, h.sandbox_id, std::move(path));
+        });
       },
       [self](stop_atom, const sandbox_handle& h) {
-        auto rp = self->make_response_promise();
-        auto& st = self->state;
-        if (refuse(rp, st.check_live(h)))
-          return rp;
-        // Gone for every later call at once, even while the kill runs.
-        st.live.erase(h.sandbox_id);
-        st.runtime->stop(st.track(rp), h.sandbox_id);
-        return rp;
+        return start_call(self, h, caf::none, [&](auto req) {
+          // Gone for every later call at once, even while the kill runs.
+          self->state.live.erase(h.sandbox_id);
+          self->state.runtime->stop(req, h.sandbox_id);
+        });
       },
       [self](io_done_atom, uint64_t req, caf::message& reply) {
         on_io_done(self, req, reply);
       },
-      [self](expired_atom, const std::string& id) {
-        if (self->state.live.erase(id) == 0)
-          return;
-        spdlog::warn("local provider: sandbox {} outlived its TTL, stopping it",
-                     id);
-        self->state.runtime->stop(0, id);
-      },
+      [self](expired_atom, const std::string& id) { on_expired(self, id); },
   };
 }
 
