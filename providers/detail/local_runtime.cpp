@@ -133,11 +133,19 @@ struct local_runtime::impl {
 
   // -- sandboxes -------------------------------------------------------------
 
-  caf::message make_sandbox(const std::string& id, const sandbox_spec& spec) {
+  bool is_shutting_down() {
     std::lock_guard<std::mutex> guard{mtx};
-    if (shutting_down)
+    return shutting_down;
+  }
+
+  caf::message make_sandbox(const std::string& id, const sandbox_spec& spec) {
+    auto unavailable = [] {
       return error_reply(provider_errc::unavailable,
                          "the local provider is shutting down");
+    };
+    if (is_shutting_down())
+      return unavailable();
+    // The file system work happens outside the lock: the actor takes it too.
     auto path = cfg.root + "/" + id;
     if (::mkdirat(root.get(), id.c_str(), 0700) != 0)
       return error_reply(provider_errc::sandbox_error,
@@ -145,23 +153,41 @@ struct local_runtime::impl {
                              std::strerror(errno));
     unique_fd dir{::openat(root.get(), id.c_str(),
                            O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)};
-    if (!dir)
+    if (!dir) {
+      auto err = errno;
+      remove_tree(path);
       return error_reply(provider_errc::sandbox_error,
                          "cannot open sandbox directory " + path + ": " +
-                             std::strerror(errno));
+                             std::strerror(err));
+    }
     auto sb = std::make_shared<local_sandbox>(asio::make_strand(io), id, path,
                                               std::move(dir), spec.env);
-    if (spec.ttl_s > 0) {
-      // Reaps a sandbox its caller forgot: the actor stops it like a call.
-      sb->ttl.expires_after(to_duration(spec.ttl_s));
-      sb->ttl.async_wait(asio::bind_executor(
-          sb->strand, [this, id](boost::system::error_code ec) {
-            if (!ec)
-              send(caf::make_message(expired_atom::value, id));
-          }));
+    {
+      std::lock_guard<std::mutex> guard{mtx};
+      if (!shutting_down) {
+        sandboxes.emplace(id, sb);
+        if (spec.ttl_s > 0)
+          asio::post(sb->strand,
+                     [this, sb, ttl{spec.ttl_s}] { arm_ttl(sb, ttl); });
+        return caf::make_message(ok_atom::value);
+      }
     }
-    sandboxes.emplace(id, std::move(sb));
-    return caf::make_message(ok_atom::value);
+    // Shutdown began meanwhile and will not see this sandbox.
+    sb->dir.reset();
+    remove_tree(path);
+    return unavailable();
+  }
+
+  /// Reaps a sandbox its caller forgot: the actor stops it like a call.
+  void arm_ttl(const std::shared_ptr<local_sandbox>& sb, double ttl_s) {
+    if (sb->stopped)
+      return;
+    sb->ttl.expires_after(to_duration(ttl_s));
+    sb->ttl.async_wait(asio::bind_executor(
+        sb->strand, [this, id{sb->id}](boost::system::error_code ec) {
+          if (!ec)
+            send(caf::make_message(expired_atom::value, id));
+        }));
   }
 
   /// Kills every process of `sb` and removes its directory. Runs on the
