@@ -1,0 +1,155 @@
+#include "actors/quiet_clock.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/detail/thread_safe_actor_clock.hpp>
+#include <caf/policy/work_stealing.hpp>
+#include <caf/scheduler/coordinator.hpp>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+namespace sv {
+
+namespace {
+
+/// The timeout bookkeeping of CAF's simple clock behind one mutex. (It
+/// derives from thread_safe_actor_clock only because the coordinator's
+/// `clock()` must return one; that class's ring buffer stays unused.)
+class quiet_clock : public caf::detail::thread_safe_actor_clock {
+public:
+  using simple = caf::detail::simple_actor_clock;
+
+  void set_ordinary_timeout(time_point t, caf::abstract_actor* self,
+                            caf::atom_value type, uint64_t id) override {
+    add(t, [&] { simple::set_ordinary_timeout(t, self, type, id); });
+  }
+
+  void set_request_timeout(time_point t, caf::abstract_actor* self,
+                           caf::message_id id) override {
+    add(t, [&] { simple::set_request_timeout(t, self, id); });
+  }
+
+  void set_multi_timeout(time_point t, caf::abstract_actor* self,
+                         caf::atom_value type, uint64_t id) override {
+    add(t, [&] { simple::set_multi_timeout(t, self, type, id); });
+  }
+
+  void cancel_ordinary_timeout(caf::abstract_actor* self,
+                               caf::atom_value type) override {
+    std::lock_guard<std::mutex> guard{mtx_};
+    simple::cancel_ordinary_timeout(self, type);
+  }
+
+  void cancel_request_timeout(caf::abstract_actor* self,
+                              caf::message_id id) override {
+    std::lock_guard<std::mutex> guard{mtx_};
+    simple::cancel_request_timeout(self, id);
+  }
+
+  void cancel_timeouts(caf::abstract_actor* self) override {
+    std::lock_guard<std::mutex> guard{mtx_};
+    simple::cancel_timeouts(self);
+  }
+
+  void schedule_message(time_point t, caf::strong_actor_ptr receiver,
+                        caf::mailbox_element_ptr content) override {
+    add(t, [&] {
+      simple::schedule_message(t, std::move(receiver), std::move(content));
+    });
+  }
+
+  void schedule_message(time_point t, caf::group target,
+                        caf::strong_actor_ptr sender,
+                        caf::message content) override {
+    add(t, [&] {
+      simple::schedule_message(t, std::move(target), std::move(sender),
+                               std::move(content));
+    });
+  }
+
+  void cancel_all() override {
+    std::lock_guard<std::mutex> guard{mtx_};
+    simple::cancel_all();
+  }
+
+  /// The timer thread: sleeps until the earliest deadline or a new earlier
+  /// one, fires what is due.
+  void run() {
+    std::unique_lock<std::mutex> guard{mtx_};
+    while (!done_) {
+      if (schedule().empty()) {
+        cv_.wait(guard);
+        continue;
+      }
+      auto next = schedule().begin()->first;
+      if (next > now())
+        cv_.wait_until(guard, next);
+      else
+        trigger_expired_timeouts();
+    }
+  }
+
+  void stop() {
+    std::lock_guard<std::mutex> guard{mtx_};
+    done_ = true;
+    cv_.notify_all();
+  }
+
+private:
+  template <class F>
+  void add(time_point t, F&& insert) {
+    std::lock_guard<std::mutex> guard{mtx_};
+    auto earliest = schedule().empty() || t < schedule().begin()->first;
+    insert();
+    if (earliest)
+      cv_.notify_one();
+  }
+
+  std::mutex mtx_;
+  std::condition_variable cv_;
+  bool done_ = false;
+};
+
+using stealing = caf::scheduler::coordinator<caf::policy::work_stealing>;
+
+class quiet_coordinator : public stealing {
+public:
+  explicit quiet_coordinator(caf::actor_system& sys) : stealing(sys) {
+    // nop
+  }
+
+  caf::detail::thread_safe_actor_clock& clock() noexcept override {
+    return clock_;
+  }
+
+protected:
+  void start() override {
+    timer_ = std::thread{[this] { clock_.run(); }};
+    stealing::start();
+  }
+
+  void stop() override {
+    stealing::stop();
+    clock_.stop();
+    timer_.join();
+  }
+
+private:
+  quiet_clock clock_;
+  std::thread timer_;
+};
+
+} // namespace
+
+void install_quiet_clock(caf::actor_system_config& cfg) {
+  auto policy = caf::get_or(cfg, "scheduler.policy", caf::atom("stealing"));
+  if (policy != caf::atom("stealing"))
+    return;
+  cfg.module_factories.push_back(
+    [](caf::actor_system& sys) -> caf::actor_system::module* {
+      return new quiet_coordinator(sys);
+    });
+}
+
+} // namespace sv
