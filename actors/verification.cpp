@@ -14,6 +14,7 @@
 #include "messages/validation.hpp"
 
 #include <atomic>
+#include <cstdio>
 #include <caf/after.hpp>
 #include <caf/event_based_actor.hpp>
 #include <caf/sec.hpp>
@@ -50,6 +51,13 @@ using self_ptr = caf::stateful_actor<verification_actor_state>*;
 caf::timespan seconds(double s) {
   return std::chrono::duration_cast<caf::timespan>(
     std::chrono::duration<double>(s));
+}
+
+/// "30 s", "2.5 s": seconds as a person writes them.
+std::string format_seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g s", s);
+  return buf;
 }
 
 double millis(caf::timespan d) {
@@ -135,7 +143,7 @@ void fail_provider(self_ptr self, const caf::error& err, double deadline_s) {
   if (err == caf::sec::request_timeout) {
     fail(self, failure_kind::provider_unavailable, failure_cause::timeout,
          std::string{what} + " did not finish within its " +
-           std::to_string(deadline_s) + " s deadline");
+           format_seconds(deadline_s) + " deadline");
   } else if (err == caf::sec::request_receiver_down) {
     fail(self, failure_kind::provider_unavailable, failure_cause::node_down,
          std::string{what} + " failed: the provider is down");
@@ -232,8 +240,8 @@ void on_create_deadline(self_ptr self) {
   st.outcome.failure.state = verification_state::create;
   st.outcome.failure.cause = failure_cause::timeout;
   st.outcome.failure.message = "create did not finish within its " +
-                               std::to_string(st.req.config.ready_timeout_s) +
-                               " s deadline";
+                               format_seconds(st.req.config.ready_timeout_s) +
+                               " deadline";
   finish_state(self);
   report(self, stop_status::not_needed);
   st.awaiting_late_create = true;
@@ -289,7 +297,7 @@ void poll_status(self_ptr self) {
   if (left <= caf::timespan{0}) {
     fail(self, failure_kind::provider_unavailable, failure_cause::timeout,
          "sandbox not running within its " +
-           std::to_string(st.req.config.ready_timeout_s) + " s deadline");
+           format_seconds(st.req.config.ready_timeout_s) + " deadline");
     return;
   }
   self->request(st.provider, left, status_atom::value, st.handle)
@@ -353,8 +361,8 @@ void on_exec_result(self_ptr self, exec_result& res) {
     return;
   case exec_error_type::timeout:
     fail(self, failure_kind::verifier_error, failure_cause::timeout,
-         "runner overran its " + std::to_string(st.req.exec_timeout_s) +
-           " s deadline" + msg);
+         "runner overran its " + format_seconds(st.req.exec_timeout_s) +
+           " deadline" + msg);
     return;
   case exec_error_type::oom:
     fail(self, failure_kind::verifier_error, failure_cause::oom,
@@ -400,10 +408,10 @@ void enter_exec(self_ptr self) {
             }
             fail(self, failure_kind::verifier_error, failure_cause::timeout,
                  "no report of the runner within its " +
-                   std::to_string(self->state.req.exec_timeout_s) +
-                   " s deadline (+" +
-                   std::to_string(self->state.req.config.exec_grace_s) +
-                   " s grace)");
+                   format_seconds(self->state.req.exec_timeout_s) +
+                   " deadline (+" +
+                   format_seconds(self->state.req.config.exec_grace_s) +
+                   " grace)");
           });
 }
 
