@@ -70,13 +70,16 @@ parsed_line parse_batch_line(std::string_view text, uint64_t line_no,
 
 std::string render_output_line(const batch_entry& entry) {
   json j = entry.outcome;
-  if (entry.invalid) {
-    if (!entry.id_known)
-      j["id"] = nullptr;
-    j["line"] = entry.line;
-  }
+  // The contract's key order, so that a person reading the output sees the
+  // id first.
+  nlohmann::ordered_json out;
+  out["id"] = entry.invalid && !entry.id_known ? json(nullptr) : j["id"];
+  for (auto key : {"ok", "mask_sample", "result", "failure", "timings_ms"})
+    out[key] = std::move(j[key]);
+  if (entry.invalid)
+    out["line"] = entry.line;
   // Replace invalid UTF-8 (say, in a runner log tail) instead of throwing.
-  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+  return out.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 verification_outcome make_failed_outcome(std::string id, failure_kind kind,

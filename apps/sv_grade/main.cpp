@@ -64,7 +64,8 @@ Provider config: JSON {"local": {...settings}, "default_metadata": {...}};
 Exit status: 0 when every input line got an output line, whatever the
 verdicts; 2 on a usage error; 1 when reading or writing failed.
 Example:
-  examples/humaneval/make_jobs.py | sv-grade --input - --output results.jsonl)";
+  examples/humaneval/make_jobs.py | sv-grade --input - --output results.jsonl
+)";
 
 std::optional<int> parse_cli(int argc, char** argv, cli_options& opts) {
   CLI::App app{"sv-grade: grades a JSONL batch of submissions, each in a "
