@@ -4,12 +4,12 @@
 // sandboxes being created), one monitored verification actor per
 // submission, exactly one terminal reply per submission.
 
+#include "messages/provider.hpp"
+
 #include <cstddef>
 #include <functional>
 #include <memory>
 #include <string>
-
-#include "messages/provider.hpp"
 
 namespace caf {
 class actor_system;
@@ -20,8 +20,8 @@ namespace sv {
 /// Turns the text of `result.json` into the result. Returns false and sets
 /// `error` to reject the text (the verification then fails with
 /// verifier_error / parse / invalid_result).
-using result_parser =
-  std::function<bool(const std::string& text, json& result, std::string& error)>;
+using result_parser = std::function<bool(const std::string& text, json& result,
+                                         std::string& error)>;
 
 /// The default parser: the text must be one JSON object.
 bool parse_json_object(const std::string& text, json& result,

@@ -9,18 +9,18 @@ namespace {
 template <size_t N>
 using name_table = std::array<std::string_view, N>;
 
-constexpr name_table<5> sandbox_status_names{
-  "starting", "running", "stopped", "error", "unknown"};
-constexpr name_table<6> exec_error_type_names{
-  "none", "timeout", "oom", "killed", "runtime", "sandbox"};
-constexpr name_table<3> failure_kind_names{
-  "provider_unavailable", "verifier_error", "invalid_request"};
-constexpr name_table<9> verification_state_names{
-  "validate", "queue", "create",   "ready", "upload",
-  "exec",     "download", "parse", "stop"};
+constexpr name_table<5> sandbox_status_names{"starting", "running", "stopped",
+                                             "error", "unknown"};
+constexpr name_table<6> exec_error_type_names{"none",   "timeout", "oom",
+                                              "killed", "runtime", "sandbox"};
+constexpr name_table<3> failure_kind_names{"provider_unavailable",
+                                           "verifier_error", "invalid_request"};
+constexpr name_table<9> verification_state_names{"validate", "queue",  "create",
+                                                 "ready",    "upload", "exec",
+                                                 "download", "parse",  "stop"};
 constexpr name_table<9> failure_cause_names{
-  "error",      "timeout", "crash", "invalid_result", "node_down",
-  "overloaded", "oom",     "killed", "invalid_request"};
+    "error",      "timeout", "crash",  "invalid_result", "node_down",
+    "overloaded", "oom",     "killed", "invalid_request"};
 
 template <class Enum, size_t N>
 std::string_view name_of(const name_table<N>& names, Enum x) {
@@ -53,7 +53,9 @@ std::string join(const name_table<N>& names) {
 } // namespace
 
 #define SV_ENUM_NAMES(type)                                                    \
-  std::string_view to_string(type x) { return name_of(type##_names, x); }      \
+  std::string_view to_string(type x) {                                         \
+    return name_of(type##_names, x);                                           \
+  }                                                                            \
   bool from_string(std::string_view name, type& x) {                           \
     return parse(type##_names, name, x);                                       \
   }                                                                            \

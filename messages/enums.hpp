@@ -11,13 +11,26 @@
 namespace sv {
 
 /// What `status` reports about a sandbox.
-enum class sandbox_status : uint8_t { starting, running, stopped, error, unknown };
+enum class sandbox_status : uint8_t {
+  starting,
+  running,
+  stopped,
+  error,
+  unknown
+};
 
 /// How an exec ended. `none`: the command exited on its own (see
 /// `return_code`); `timeout`: killed at its deadline; `oom`: killed for
 /// memory; `killed`: killed by another signal; `runtime`: the command could
 /// not run; `sandbox`: the sandbox itself failed.
-enum class exec_error_type : uint8_t { none, timeout, oom, killed, runtime, sandbox };
+enum class exec_error_type : uint8_t {
+  none,
+  timeout,
+  oom,
+  killed,
+  runtime,
+  sandbox
+};
 
 /// Whom a failure blames. Every failure masks the sample.
 enum class failure_kind : uint8_t {

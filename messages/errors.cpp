@@ -7,24 +7,24 @@ namespace sv {
 
 std::string_view to_string(provider_errc x) {
   switch (x) {
-    case provider_errc::unavailable:
-      return "unavailable";
-    case provider_errc::no_such_sandbox:
-      return "no_such_sandbox";
-    case provider_errc::invalid_argument:
-      return "invalid_argument";
-    case provider_errc::invalid_path:
-      return "invalid_path";
-    case provider_errc::not_found:
-      return "not_found";
-    case provider_errc::not_regular_file:
-      return "not_regular_file";
-    case provider_errc::too_large:
-      return "too_large";
-    case provider_errc::io_error:
-      return "io_error";
-    case provider_errc::sandbox_error:
-      return "sandbox_error";
+  case provider_errc::unavailable:
+    return "unavailable";
+  case provider_errc::no_such_sandbox:
+    return "no_such_sandbox";
+  case provider_errc::invalid_argument:
+    return "invalid_argument";
+  case provider_errc::invalid_path:
+    return "invalid_path";
+  case provider_errc::not_found:
+    return "not_found";
+  case provider_errc::not_regular_file:
+    return "not_regular_file";
+  case provider_errc::too_large:
+    return "too_large";
+  case provider_errc::io_error:
+    return "io_error";
+  case provider_errc::sandbox_error:
+    return "sandbox_error";
   }
   return "?";
 }

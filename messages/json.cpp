@@ -7,9 +7,8 @@
 namespace sv {
 
 json_error::json_error(std::string path, std::string what)
-  : std::runtime_error(path.empty() ? what : path + ": " + what),
-    path_(std::move(path)),
-    reason_(std::move(what)) {
+    : std::runtime_error(path.empty() ? what : path + ": " + what),
+      path_(std::move(path)), reason_(std::move(what)) {
   // nop
 }
 
@@ -25,8 +24,8 @@ std::string join_path(std::string_view head, const std::string& tail) {
 }
 
 [[noreturn]] void fail_type(const json& v, const char* expected) {
-  throw json_error("", std::string{"expected "} + expected + ", got "
-                         + v.type_name());
+  throw json_error("", std::string{"expected "} + expected + ", got " +
+                           v.type_name());
 }
 
 // -- reading single values ----------------------------------------------------
@@ -75,8 +74,8 @@ void read(const json& v, std::map<std::string, std::string>& out) {
   out.clear();
   for (auto& [key, value] : v.items()) {
     if (!value.is_string())
-      throw json_error(key, std::string{"expected a string, got "}
-                              + value.type_name());
+      throw json_error(key, std::string{"expected a string, got "} +
+                                value.type_name());
     out.emplace(key, value.get_ref<const std::string&>());
   }
 }
@@ -89,8 +88,8 @@ void read(const json& v, std::vector<std::string>& out) {
   for (size_t i = 0; i < v.size(); ++i) {
     if (!v[i].is_string())
       throw json_error("[" + std::to_string(i) + "]",
-                       std::string{"expected a string, got "}
-                         + v[i].type_name());
+                       std::string{"expected a string, got "} +
+                           v[i].type_name());
     out.push_back(v[i].get_ref<const std::string&>());
   }
 }
@@ -100,8 +99,8 @@ void read_enum(const json& v, Enum& out) {
   if (!v.is_string())
     fail_type(v, "a string");
   if (!from_string(v.get_ref<const std::string&>(), out))
-    throw json_error("", "unknown value \"" + v.get<std::string>()
-                           + "\" (allowed: " + allowed_names<Enum>() + ")");
+    throw json_error("", "unknown value \"" + v.get<std::string>() +
+                             "\" (allowed: " + allowed_names<Enum>() + ")");
 }
 
 template <class T>
@@ -118,8 +117,8 @@ void read(const json& v, T& out) {
 void check_object(const json& j, const char* type,
                   std::initializer_list<std::string_view> allowed) {
   if (!j.is_object())
-    throw json_error("", std::string{"expected a "} + type
-                           + " object, got " + j.type_name());
+    throw json_error("", std::string{"expected a "} + type + " object, got " +
+                             j.type_name());
   for (auto& item : j.items()) {
     bool known = false;
     for (auto key : allowed)
@@ -131,8 +130,8 @@ void check_object(const json& j, const char* type,
           names += ", ";
         names += key;
       }
-      throw json_error(item.key(), "unknown key in " + std::string{type}
-                                     + " (allowed: " + names + ")");
+      throw json_error(item.key(), "unknown key in " + std::string{type} +
+                                       " (allowed: " + names + ")");
     }
   }
 }
@@ -168,8 +167,12 @@ void check_timeout(const char* key, double value) {
 // -- enums --------------------------------------------------------------------
 
 #define SV_ENUM_JSON(type)                                                     \
-  void to_json(json& j, type x) { j = std::string{to_string(x)}; }             \
-  void from_json(const json& j, type& x) { read_enum(j, x); }
+  void to_json(json& j, type x) {                                              \
+    j = std::string{to_string(x)};                                             \
+  }                                                                            \
+  void from_json(const json& j, type& x) {                                     \
+    read_enum(j, x);                                                           \
+  }
 
 SV_ENUM_JSON(sandbox_status)
 SV_ENUM_JSON(exec_error_type)
@@ -275,17 +278,15 @@ void from_json(const json& j, exec_request& x) {
 }
 
 void to_json(json& j, const exec_result& x) {
-  j = json{{"stdout", x.stdout_text},
-           {"stderr", x.stderr_text},
-           {"return_code", x.return_code},
-           {"error_type", x.error_type},
-           {"message", x.message},
-           {"log_tail", x.log_tail}};
+  j = json{{"stdout", x.stdout_text},      {"stderr", x.stderr_text},
+           {"return_code", x.return_code}, {"error_type", x.error_type},
+           {"message", x.message},         {"log_tail", x.log_tail}};
 }
 
 void from_json(const json& j, exec_result& x) {
-  check_object(j, "exec_result", {"stdout", "stderr", "return_code",
-                                  "error_type", "message", "log_tail"});
+  check_object(
+      j, "exec_result",
+      {"stdout", "stderr", "return_code", "error_type", "message", "log_tail"});
   x = exec_result();
   field(j, "stdout", x.stdout_text);
   field(j, "stderr", x.stderr_text);
@@ -321,8 +322,8 @@ void from_json(const json& j, verification_config& x) {
   field(j, "image", x.image);
   if (field(j, "metadata", x.metadata) && !x.metadata.is_object())
     throw json_error("metadata", "expected an object");
-  if (field(j, "provider_options", x.provider_options)
-      && !x.provider_options.is_object())
+  if (field(j, "provider_options", x.provider_options) &&
+      !x.provider_options.is_object())
     throw json_error("provider_options", "expected an object");
   if (field(j, "python", x.python) && x.python.empty())
     throw json_error("python", "must not be empty");
@@ -402,9 +403,9 @@ void to_json(json& j, const state_timings& x) {
 }
 
 void from_json(const json& j, state_timings& x) {
-  check_object(j, "timings_ms",
-               {"create", "ready", "upload", "exec", "download", "stop",
-                "total"});
+  check_object(
+      j, "timings_ms",
+      {"create", "ready", "upload", "exec", "download", "stop", "total"});
   x = state_timings();
   field(j, "create", x.create);
   field(j, "ready", x.ready);
@@ -426,8 +427,7 @@ void to_json(json& j, const verification_outcome& x) {
 
 void from_json(const json& j, verification_outcome& x) {
   check_object(j, "verification_outcome",
-               {"id", "ok", "mask_sample", "result", "failure",
-                "timings_ms"});
+               {"id", "ok", "mask_sample", "result", "failure", "timings_ms"});
   x = verification_outcome();
   required(j, "id", x.id);
   required(j, "ok", x.ok);

@@ -4,10 +4,10 @@
 // strict: a wrong type or an unknown key throws `json_error`, whose message
 // names the field path and, for unknown keys, the keys allowed.
 
+#include "messages/protocol.hpp"
+
 #include <stdexcept>
 #include <string>
-
-#include "messages/protocol.hpp"
 
 namespace sv {
 

@@ -5,14 +5,14 @@
 // and is registered under the same name everywhere (messages/registry.cpp).
 // JSON conversion lives in messages/json.hpp.
 
+#include "messages/enums.hpp"
+#include "messages/json_inspect.hpp"
+
 #include <caf/meta/type_name.hpp>
 #include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
-
-#include "messages/enums.hpp"
-#include "messages/json_inspect.hpp"
 
 namespace sv {
 
@@ -184,8 +184,7 @@ typename Inspector::result_type inspect(Inspector& f, exec_request& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, exec_result& x) {
   return f(caf::meta::type_name("sv::exec_result"), x.stdout_text,
-           x.stderr_text, x.return_code, x.error_type, x.message,
-           x.log_tail);
+           x.stderr_text, x.return_code, x.error_type, x.message, x.log_tail);
 }
 
 template <class Inspector>
@@ -197,15 +196,13 @@ typename Inspector::result_type inspect(Inspector& f, verification_config& x) {
 }
 
 template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f,
-                                        verification_request& x) {
+typename Inspector::result_type inspect(Inspector& f, verification_request& x) {
   return f(caf::meta::type_name("sv::verification_request"), x.id, x.config,
            x.files, x.request, x.exec_timeout_s, x.metadata, x.work_dir);
 }
 
 template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f,
-                                        verification_failure& x) {
+typename Inspector::result_type inspect(Inspector& f, verification_failure& x) {
   return f(caf::meta::type_name("sv::verification_failure"), x.kind, x.state,
            x.cause, x.message, x.log_tail);
 }
@@ -217,8 +214,7 @@ typename Inspector::result_type inspect(Inspector& f, state_timings& x) {
 }
 
 template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f,
-                                        verification_outcome& x) {
+typename Inspector::result_type inspect(Inspector& f, verification_outcome& x) {
   return f(caf::meta::type_name("sv::verification_outcome"), x.id, x.ok,
            x.result, x.failure, x.timings);
 }

@@ -13,8 +13,8 @@ bool is_confined_path(std::string_view path) {
   for (;;) {
     auto end = path.find('/', start);
     auto part = path.substr(start, end == std::string_view::npos
-                                     ? std::string_view::npos
-                                     : end - start);
+                                       ? std::string_view::npos
+                                       : end - start);
     if (part.empty() || part == "." || part == "..")
       return false;
     if (end == std::string_view::npos)
@@ -34,17 +34,17 @@ std::string check_timeouts(const verification_request& req) {
     const char* name;
     double value;
   } timeouts[] = {
-    {"exec_timeout_s", req.exec_timeout_s},
-    {"config.ready_timeout_s", req.config.ready_timeout_s},
-    {"config.upload_timeout_s", req.config.upload_timeout_s},
-    {"config.download_timeout_s", req.config.download_timeout_s},
-    {"config.stop_timeout_s", req.config.stop_timeout_s},
-    {"config.exec_grace_s", req.config.exec_grace_s},
+      {"exec_timeout_s", req.exec_timeout_s},
+      {"config.ready_timeout_s", req.config.ready_timeout_s},
+      {"config.upload_timeout_s", req.config.upload_timeout_s},
+      {"config.download_timeout_s", req.config.download_timeout_s},
+      {"config.stop_timeout_s", req.config.stop_timeout_s},
+      {"config.exec_grace_s", req.config.exec_grace_s},
   };
   for (auto& t : timeouts)
     if (!valid_timeout(t.value))
-      return std::string{t.name}
-             + ": must be a number of seconds in (0, 604800]";
+      return std::string{t.name} +
+             ": must be a number of seconds in (0, 604800]";
   return {};
 }
 
@@ -58,8 +58,8 @@ std::string validate(const verification_request& req) {
   for (auto& [path, content] : req.files) {
     if (!is_confined_path(path))
       return "files: path \"" + path + "\" escapes the sandbox";
-    if (path == request_file_name || path == result_file_name
-        || path == runner_log_name)
+    if (path == request_file_name || path == result_file_name ||
+        path == runner_log_name)
       return "files: \"" + path + "\" is reserved for the call itself";
   }
   if (!is_confined_path(req.work_dir))

@@ -2,10 +2,10 @@
 
 // Checks a submission before any sandbox exists for it.
 
+#include "messages/protocol.hpp"
+
 #include <string>
 #include <string_view>
-
-#include "messages/protocol.hpp"
 
 namespace sv {
 

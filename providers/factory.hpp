@@ -4,10 +4,10 @@
 // `{provider_name: {...settings}}` plus an optional `default_metadata` key.
 // Adding a backend means one entry in factory.cpp.
 
+#include "messages/provider.hpp"
+
 #include <string>
 #include <vector>
-
-#include "messages/provider.hpp"
 
 namespace caf {
 class actor_system;

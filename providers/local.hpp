@@ -5,11 +5,11 @@
 // thread (pidfd + epoll via Boost.Asio); results come back as messages, so no
 // CAF scheduler thread ever blocks.
 
+#include "messages/provider.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <string>
-
-#include "messages/provider.hpp"
 
 namespace caf {
 class actor_system;

@@ -1,0 +1,407 @@
+// Message-level tests of the verification actor and the supervisor on the
+// deterministic scheduler: the happy-path trace, each state's deadline to
+// the tick, each state's error, and the stop-exactly-once rule.
+
+#include "actors/supervisor.hpp"
+#include "actors/verification.hpp"
+#include "deterministic_fixture.hpp"
+#include "messages/atoms.hpp"
+#include "providers/scripted.hpp"
+
+#include <catch2/catch.hpp>
+
+using namespace sv;
+using namespace std::chrono_literals;
+
+namespace {
+
+/// Distinct deadlines per state, so a test cannot confuse them.
+verification_request make_request(std::string id = "task-1") {
+  verification_request req;
+  req.id = std::move(id);
+  req.files["sandbox_runner.py"] = "print('hello')";
+  req.request = {{"question", 42}};
+  req.exec_timeout_s = 30;
+  req.config.ready_timeout_s = 10;
+  req.config.upload_timeout_s = 20;
+  req.config.exec_grace_s = 5;
+  req.config.download_timeout_s = 40;
+  req.config.stop_timeout_s = 50;
+  return req;
+}
+
+struct fixture : test::deterministic_fixture {
+  std::shared_ptr<scripted_ledger> ledger = std::make_shared<scripted_ledger>();
+  provider_actor provider;
+  supervisor_actor supervisor;
+
+  void start(scripted_script script, supervisor_config cfg = {}) {
+    provider = keep(spawn_scripted_provider(sys, std::move(script), ledger));
+    supervisor = keep(spawn_supervisor(sys, provider, std::move(cfg)));
+  }
+
+  void submit(verification_request req = make_request()) {
+    client->send(supervisor, verify_atom::value, std::move(req));
+  }
+
+  /// Runs to one tick before `deadline` (counted from now) and checks that
+  /// nothing came back, then one tick more and returns the reply.
+  verification_outcome reply_exactly_at(caf::timespan deadline) {
+    run_for(deadline - 1ns);
+    REQUIRE_FALSE(take<verification_outcome>().has_value());
+    run_for(1ns);
+    auto out = take<verification_outcome>();
+    REQUIRE(out.has_value());
+    return std::move(*out);
+  }
+
+  verification_outcome reply_now() {
+    run();
+    auto out = take<verification_outcome>();
+    REQUIRE(out.has_value());
+    return std::move(*out);
+  }
+
+  supervisor_stats stats() {
+    client->send(supervisor, stats_atom::value);
+    run();
+    auto out = take<supervisor_stats>();
+    REQUIRE(out.has_value());
+    return *out;
+  }
+};
+
+scripted_script fault_at(scripted_op op, scripted_fault fault,
+                         caf::timespan delay = 0s) {
+  scripted_script script;
+  script.steps[op] = {scripted_step{fault, delay, true}};
+  return script;
+}
+
+void check_failure(const verification_outcome& out, failure_kind kind,
+                   verification_state state, failure_cause cause) {
+  INFO("message: " << out.failure.message);
+  CHECK_FALSE(out.ok);
+  CHECK(to_string(out.failure.kind) == to_string(kind));
+  CHECK(to_string(out.failure.state) == to_string(state));
+  CHECK(to_string(out.failure.cause) == to_string(cause));
+}
+
+} // namespace
+
+TEST_CASE_METHOD(fixture, "happy path: create ready upload exec "
+                          "download stop in order and one reply") {
+  start({});
+  submit();
+  auto* prov = dynamic_cast<caf::scheduled_actor*>(
+      caf::actor_cast<caf::abstract_actor*>(provider));
+  REQUIRE(prov != nullptr);
+  std::vector<std::string> trace;
+  caf::strong_actor_ptr verifier;
+  while (sched.has_job()) {
+    if (next_actor() == prov) {
+      auto* e = prov->mailbox().peek();
+      REQUIRE(e != nullptr);
+      REQUIRE(e->content().match_element<caf::atom_value>(0));
+      trace.push_back(to_string(e->content().get_as<caf::atom_value>(0)));
+      if (!verifier)
+        verifier = e->sender;
+      CHECK(e->sender == verifier); // one verification actor drives it all
+    }
+    sched.run_once();
+  }
+  CHECK(trace == std::vector<std::string>{"create", "status", "upload", "exec",
+                                          "download", "stop"});
+  auto out = take<verification_outcome>();
+  REQUIRE(out.has_value());
+  CHECK(out->ok);
+  CHECK(out->id == "task-1");
+  CHECK(out->result == json{{"reward", 1.0}});
+  CHECK(out->failure.log_tail.empty());
+  CHECK(out->timings.create == 0);
+  CHECK(out->timings.stop == 0);
+  CHECK_FALSE(take<verification_outcome>().has_value());
+  CHECK(ledger->creates() == 1);
+  CHECK(ledger->not_stopped_once().empty());
+  auto s = stats();
+  CHECK(s.succeeded == 1);
+  CHECK(s.sandboxes_created == 1);
+  CHECK(s.sandboxes_stopped == 1);
+  CHECK(s.in_flight == 0);
+}
+
+TEST_CASE_METHOD(fixture, "ready polls with backoff until running") {
+  scripted_script script;
+  script.starting_polls = 3;
+  start(std::move(script));
+  submit();
+  // Polls at 0, 5, 15 and 35 ms: three `starting`, then `running`.
+  run_for(34ms);
+  CHECK_FALSE(take<verification_outcome>().has_value());
+  run_for(1ms);
+  auto out = take<verification_outcome>();
+  REQUIRE(out.has_value());
+  CHECK(out->ok);
+  CHECK(out->timings.ready == 35.0);
+  CHECK(ledger->calls(scripted_op::status) == 4);
+}
+
+// -- deadlines, to the tick
+// -----------------------------------------------------
+
+TEST_CASE_METHOD(fixture, "create deadline: ready_timeout_s; no stop") {
+  start(fault_at(scripted_op::create, scripted_fault::hang));
+  submit();
+  auto out = reply_exactly_at(10s);
+  check_failure(out, failure_kind::provider_unavailable,
+                verification_state::create, failure_cause::timeout);
+  CHECK(ledger->stops() == 0);
+  CHECK(out.timings.create == 10000.0);
+  CHECK(out.timings.stop == -1);
+}
+
+TEST_CASE_METHOD(fixture, "ready deadline: counted from create; stop once") {
+  start(fault_at(scripted_op::status, scripted_fault::hang));
+  submit();
+  auto out = reply_exactly_at(10s);
+  check_failure(out, failure_kind::provider_unavailable,
+                verification_state::ready, failure_cause::timeout);
+  CHECK(ledger->creates() == 1);
+  CHECK(ledger->not_stopped_once().empty());
+}
+
+TEST_CASE_METHOD(fixture, "ready deadline while the status stays unknown") {
+  start(fault_at(scripted_op::status, scripted_fault::garbage));
+  submit();
+  auto out = reply_exactly_at(10s);
+  check_failure(out, failure_kind::provider_unavailable,
+                verification_state::ready, failure_cause::timeout);
+  CHECK(ledger->calls(scripted_op::status) > 5);
+  CHECK(ledger->not_stopped_once().empty());
+}
+
+TEST_CASE_METHOD(fixture, "upload deadline: upload_timeout_s") {
+  start(fault_at(scripted_op::upload, scripted_fault::hang));
+  submit();
+  auto out = reply_exactly_at(20s);
+  check_failure(out, failure_kind::provider_unavailable,
+                verification_state::upload, failure_cause::timeout);
+  CHECK(ledger->not_stopped_once().empty());
+}
+
+TEST_CASE_METHOD(fixture, "exec deadline: exec_timeout_s plus grace") {
+  start(fault_at(scripted_op::exec, scripted_fault::hang));
+  submit();
+  auto out = reply_exactly_at(35s);
+  check_failure(out, failure_kind::verifier_error, verification_state::exec,
+                failure_cause::timeout);
+  CHECK(out.timings.exec == 35000.0);
+  CHECK(ledger->not_stopped_once().empty());
+}
+
+TEST_CASE_METHOD(fixture, "download deadline: download_timeout_s") {
+  start(fault_at(scripted_op::download, scripted_fault::hang));
+  submit();
+  auto out = reply_exactly_at(40s);
+  check_failure(out, failure_kind::provider_unavailable,
+                verification_state::download, failure_cause::timeout);
+  CHECK(ledger->not_stopped_once().empty());
+}
+
+TEST_CASE_METHOD(fixture, "stop deadline: the outcome stands") {
+  start(fault_at(scripted_op::stop, scripted_fault::hang));
+  submit();
+  auto out = reply_exactly_at(50s);
+  CHECK(out.ok);
+  CHECK(out.result == json{{"reward", 1.0}});
+  CHECK(out.timings.stop == 50000.0);
+  CHECK(ledger->stops() == 1);
+  auto s = stats();
+  CHECK(s.stop_failures == 1);
+  CHECK(s.sandboxes_stopped == 0);
+}
+
+TEST_CASE_METHOD(fixture, "a reply just inside a deadline is taken") {
+  start(fault_at(scripted_op::exec, scripted_fault::delay, 35s - 1ns));
+  submit();
+  auto out = reply_exactly_at(35s - 1ns);
+  CHECK(out.ok);
+}
+
+// -- errors
+// ---------------------------------------------------------------------
+
+TEST_CASE_METHOD(fixture, "create error: provider_unavailable; no stop") {
+  start(fault_at(scripted_op::create, scripted_fault::error));
+  submit();
+  auto out = reply_now();
+  check_failure(out, failure_kind::provider_unavailable,
+                verification_state::create, failure_cause::error);
+  CHECK(out.failure.message == "create failed: scripted error in create");
+  CHECK(ledger->stops() == 0);
+}
+
+TEST_CASE_METHOD(fixture, "status error: provider_unavailable; stop once") {
+  start(fault_at(scripted_op::status, scripted_fault::error));
+  submit();
+  check_failure(reply_now(), failure_kind::provider_unavailable,
+                verification_state::ready, failure_cause::error);
+  CHECK(ledger->not_stopped_once().empty());
+}
+
+TEST_CASE_METHOD(fixture, "upload error: provider_unavailable; stop once") {
+  start(fault_at(scripted_op::upload, scripted_fault::error));
+  submit();
+  check_failure(reply_now(), failure_kind::provider_unavailable,
+                verification_state::upload, failure_cause::error);
+  CHECK(ledger->not_stopped_once().empty());
+}
+
+TEST_CASE_METHOD(fixture, "exec error: provider_unavailable; stop once") {
+  start(fault_at(scripted_op::exec, scripted_fault::error));
+  submit();
+  check_failure(reply_now(), failure_kind::provider_unavailable,
+                verification_state::exec, failure_cause::error);
+  CHECK(ledger->not_stopped_once().empty());
+}
+
+TEST_CASE_METHOD(fixture,
+                 "exec reports a sandbox error: provider_unavailable") {
+  start(fault_at(scripted_op::exec, scripted_fault::garbage));
+  submit();
+  auto out = reply_now();
+  check_failure(out, failure_kind::provider_unavailable,
+                verification_state::exec, failure_cause::error);
+  CHECK(out.failure.message.find("lost the runner") != std::string::npos);
+}
+
+TEST_CASE_METHOD(fixture, "download error: provider_unavailable; stop once") {
+  start(fault_at(scripted_op::download, scripted_fault::error));
+  submit();
+  check_failure(reply_now(), failure_kind::provider_unavailable,
+                verification_state::download, failure_cause::error);
+  CHECK(ledger->not_stopped_once().empty());
+}
+
+TEST_CASE_METHOD(fixture, "unparsable result.json: verifier_error in parse") {
+  start(fault_at(scripted_op::download, scripted_fault::garbage));
+  submit();
+  auto out = reply_now();
+  check_failure(out, failure_kind::verifier_error, verification_state::parse,
+                failure_cause::invalid_result);
+  CHECK(out.failure.message == "result.json rejected: not valid JSON");
+  CHECK(out.result.is_null());
+  CHECK(ledger->not_stopped_once().empty());
+}
+
+TEST_CASE_METHOD(fixture, "stop error: the outcome stands; counted") {
+  start(fault_at(scripted_op::stop, scripted_fault::error));
+  submit();
+  auto out = reply_now();
+  CHECK(out.ok);
+  CHECK(ledger->stops() == 1);
+  CHECK(stats().stop_failures == 1);
+}
+
+TEST_CASE_METHOD(fixture, "a failure before stop keeps its kind when stop "
+                          "fails too") {
+  auto script = fault_at(scripted_op::upload, scripted_fault::error);
+  script.steps[scripted_op::stop] = {scripted_step{scripted_fault::error}};
+  start(std::move(script));
+  submit();
+  check_failure(reply_now(), failure_kind::provider_unavailable,
+                verification_state::upload, failure_cause::error);
+}
+
+// -- spec and admission
+// ---------------------------------------------------------
+
+TEST_CASE("the sandbox spec merges metadata and sets the TTL") {
+  auto req = make_request();
+  req.metadata = {{"task", "call"}, {"split", "train"}};
+  req.config.metadata = {{"task", "config"}};
+  req.config.image = "python:3.11";
+  req.config.env = {{"A", "1"}};
+  auto spec = make_sandbox_spec(req, {{"task", "default"}, {"owner", "me"}});
+  CHECK(spec.metadata ==
+        json{{"task", "config"}, {"split", "train"}, {"owner", "me"}});
+  CHECK(spec.ttl_s == 10 + 30 + 300);
+  CHECK(spec.ready_timeout_s == 10);
+  CHECK(spec.image == "python:3.11");
+  CHECK(spec.env == env_map{{"A", "1"}});
+}
+
+TEST_CASE_METHOD(fixture, "invalid submissions are rejected without a "
+                          "sandbox") {
+  start({});
+  auto req = make_request("no-runner");
+  req.files.erase("sandbox_runner.py");
+  submit(req);
+  auto out = reply_now();
+  check_failure(out, failure_kind::invalid_request,
+                verification_state::validate, failure_cause::invalid_request);
+  CHECK(out.failure.message == "files: missing sandbox_runner.py");
+  req = make_request("escape");
+  req.files["../evil.py"] = "x";
+  submit(req);
+  out = reply_now();
+  CHECK(out.failure.message ==
+        "files: path \"../evil.py\" escapes the sandbox");
+  req = make_request("reserved");
+  req.files["result.json"] = "{\"reward\": 1}";
+  submit(req);
+  out = reply_now();
+  CHECK(out.failure.message ==
+        "files: \"result.json\" is reserved for the call itself");
+  CHECK(ledger->calls(scripted_op::create) == 0);
+}
+
+TEST_CASE_METHOD(fixture, "a full queue rejects with overloaded; in-flight "
+                          "ones still complete") {
+  supervisor_config cfg;
+  cfg.max_in_flight = 1;
+  cfg.max_queue = 1;
+  start(fault_at(scripted_op::exec, scripted_fault::delay, 1s), cfg);
+  submit(make_request("a")); // runs
+  submit(make_request("b")); // queued
+  submit(make_request("c")); // rejected
+  run();
+  auto rejected = take<verification_outcome>();
+  REQUIRE(rejected.has_value());
+  CHECK(rejected->id == "c");
+  check_failure(*rejected, failure_kind::provider_unavailable,
+                verification_state::queue, failure_cause::overloaded);
+  run_for(1s);
+  auto first = take<verification_outcome>();
+  REQUIRE(first.has_value());
+  CHECK(first->id == "a");
+  CHECK(first->ok);
+  run_for(1s);
+  auto second = take<verification_outcome>();
+  REQUIRE(second.has_value());
+  CHECK(second->id == "b");
+  CHECK(second->ok);
+  auto s = stats();
+  CHECK(s.submitted == 3);
+  CHECK(s.succeeded == 2);
+  CHECK(s.rejected_overloaded == 1);
+}
+
+TEST_CASE_METHOD(fixture, "a throwing parser crashes the verification: "
+                          "verifier_error / crash; sandbox stopped") {
+  supervisor_config cfg;
+  cfg.parser = [](const std::string&, json&, std::string&) -> bool {
+    throw std::runtime_error("parser bug");
+  };
+  start({}, cfg);
+  submit();
+  auto out = reply_now();
+  check_failure(out, failure_kind::verifier_error, verification_state::parse,
+                failure_cause::crash);
+  CHECK(out.failure.message == "verification actor crashed: parser bug");
+  CHECK_FALSE(take<verification_outcome>().has_value());
+  CHECK(ledger->not_stopped_once().empty());
+  auto s = stats();
+  CHECK(s.crashed == 1);
+  CHECK(s.sandboxes_stopped == 1);
+}
