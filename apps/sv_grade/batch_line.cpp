@@ -28,19 +28,18 @@ parsed_line reject(uint64_t line_no, const json* doc, const std::string& what) {
   return out;
 }
 
-/// nlohmann's message without its "[json.exception.parse_error.101] ".
-std::string parse_reason(const json::parse_error& e) {
-  std::string_view what = e.what();
-  if (auto i = what.find("] "); what.front() == '[' && i != what.npos)
-    what.remove_prefix(i + 2);
-  return std::string{what};
-}
-
 bool is_blank(std::string_view text) {
   return text.find_first_not_of(" \t\r\n") == std::string_view::npos;
 }
 
 } // namespace
+
+std::string parse_reason(const json::exception& e) {
+  std::string_view what = e.what();
+  if (auto i = what.find("] "); what.front() == '[' && i != what.npos)
+    what.remove_prefix(i + 2);
+  return std::string{what};
+}
 
 parsed_line parse_batch_line(std::string_view text, uint64_t line_no,
                              const std::string& default_work_dir) {
@@ -51,7 +50,7 @@ parsed_line parse_batch_line(std::string_view text, uint64_t line_no,
   json doc;
   try {
     doc = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
     return reject(line_no, nullptr, "not valid JSON: " + parse_reason(e));
   }
   parsed_line out;

@@ -32,6 +32,9 @@ struct parsed_line {
   batch_entry rejected;
 };
 
+/// nlohmann's message without its "[json.exception.parse_error.101] ".
+std::string parse_reason(const json::exception& e);
+
 /// Reads input line `line_no` (without its newline). `default_work_dir`,
 /// when not empty, is the `work_dir` of a line that sets none.
 parsed_line parse_batch_line(std::string_view text, uint64_t line_no,

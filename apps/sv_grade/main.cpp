@@ -78,7 +78,7 @@ std::optional<int> parse_cli(int argc, char** argv, cli_options& opts) {
       ->required();
   app.add_option("--concurrency", opts.concurrency,
                  "verifications at once (default: 2 x hardware threads)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(size_t{1}, size_t{1000000}));
   app.add_option("--provider-config", opts.provider_config,
                  "JSON provider block file (default: {\"local\": {}})");
   app.add_option("--work-dir", opts.work_dir,
@@ -120,7 +120,7 @@ provider_block load_provider_block(const std::string& path) {
   try {
     doc = json::parse(text);
   } catch (const json::exception& e) {
-    throw usage_error(where + "not valid JSON: " + e.what());
+    throw usage_error(where + "not valid JSON: " + parse_reason(e));
   }
   try {
     return parse_provider_block(doc);
