@@ -225,7 +225,11 @@ int run(const cli_options& opts) {
   scfg.max_in_flight = opts.concurrency;
   scfg.default_metadata = block.default_metadata;
   auto supervisor = spawn_supervisor(sys, provider, scfg);
-  progress_options progress{isatty(STDERR_FILENO) == 1, io.total};
+  // Log lines would tear the bar apart: at info and below, the log is the
+  // progress.
+  bool bar = isatty(STDERR_FILENO) == 1 &&
+             spdlog::default_logger()->level() > spdlog::level::info;
+  progress_options progress{bar, io.total};
   auto writer =
       std::make_shared<output_writer>(*io.out, opts.concurrency, progress);
   auto driver = spawn_batch_driver(sys, supervisor, writer);
