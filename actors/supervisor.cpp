@@ -71,6 +71,7 @@ struct supervisor_state {
   size_t max_queue = 0;
   size_t max_creating = 0;
   std::shared_ptr<const verification_settings> settings;
+  std::function<provider_actor(caf::actor_system&)> restart_provider;
   std::unordered_map<caf::actor_addr, running_verification> running;
   std::deque<queued_submission> queue;
   size_t creating = 0;
@@ -117,9 +118,13 @@ void start(self_ptr self, verification_request&& req, outcome_promise&& rp) {
   entry.id = req.id;
   entry.stop_timeout_s = req.config.stop_timeout_s;
   auto child =
-      spawn_verification(self, std::move(req), st.provider, st.settings);
+    spawn_verification(self, std::move(req), st.provider, st.settings);
   st.running.emplace(child.address(), std::move(entry));
   ++st.creating;
+  st.stats.peak_in_flight =
+    std::max<uint64_t>(st.stats.peak_in_flight, st.running.size());
+  st.stats.peak_creating =
+    std::max<uint64_t>(st.stats.peak_creating, st.creating);
 }
 
 void start_queued(self_ptr self) {
@@ -169,26 +174,42 @@ void on_verification_down(self_ptr self, running_verification& entry,
     return;
   auto id = entry.id;
   auto timeout = std::chrono::duration_cast<caf::timespan>(
-      std::chrono::duration<double>(entry.stop_timeout_s));
+    std::chrono::duration<double>(entry.stop_timeout_s));
   self->request(st.provider, timeout, stop_atom::value, entry.handle)
-      .then([=](ok_atom) { count_stop(self, stop_status::stopped); },
-            [=](caf::error& err) {
-              spdlog::warn("stopping the sandbox of crashed verification {} "
-                           "failed: {}",
-                           id, describe(err));
-              count_stop(self, stop_status::failed);
-            });
+    .then([=](ok_atom) { count_stop(self, stop_status::stopped); },
+          [=](caf::error& err) {
+            spdlog::warn("stopping the sandbox of crashed verification {} "
+                         "failed: {}",
+                         id, describe(err));
+            count_stop(self, stop_status::failed);
+          });
 }
 
 /// The provider died: every verification in flight fails now (their
-/// requests to it would otherwise wait for their own deadlines), and so does
-/// every queued one.
+/// requests to it would otherwise wait for their own deadlines). With a
+/// replacement, queued submissions wait for it; without, they fail too.
 void on_provider_down(self_ptr self, const caf::error& reason) {
   auto& st = self->state;
-  st.provider_alive = false;
   spdlog::error("provider down: {}", self->system().render(reason));
+  st.provider = provider_actor{};
+  if (st.restart_provider) {
+    try {
+      st.provider = st.restart_provider(self->system());
+    } catch (const std::exception& e) {
+      spdlog::error("could not restart the provider: {}", e.what());
+    }
+  }
+  st.provider_alive = static_cast<bool>(st.provider);
+  if (st.provider_alive) {
+    ++st.stats.provider_restarts;
+    self->monitor(st.provider);
+    spdlog::warn("provider restarted ({} so far)", st.stats.provider_restarts);
+  }
   for (auto& [addr, entry] : st.running)
-    self->send(caf::actor_cast<caf::actor>(addr), provider_down_atom::value);
+    self->send(caf::actor_cast<caf::actor>(addr), provider_down_atom::value,
+               st.provider);
+  if (st.provider_alive)
+    return;
   auto queued = std::move(st.queue);
   st.queue.clear();
   for (auto& q : queued)
@@ -222,7 +243,7 @@ caf::result<verification_outcome> admit(self_ptr self,
     return rejection(std::move(req.id), failure_kind::provider_unavailable,
                      verification_state::queue, failure_cause::overloaded,
                      "overloaded: " + std::to_string(st.max_queue) +
-                         " submissions already queued");
+                       " submissions already queued");
   }
   auto rp = self->make_response_promise<verification_outcome>();
   if (has_slot(self))
@@ -244,10 +265,11 @@ caf::behavior supervisor(self_ptr self, provider_actor provider,
   settings->default_metadata = std::move(cfg.default_metadata);
   settings->parser = cfg.parser ? std::move(cfg.parser) : parse_json_object;
   st.settings = std::move(settings);
+  st.restart_provider = std::move(cfg.restart_provider);
   self->monitor(st.provider);
   self->set_down_handler([=](caf::down_msg& dm) {
     auto& st = self->state;
-    if (dm.source == st.provider.address()) {
+    if (st.provider && dm.source == st.provider.address()) {
       on_provider_down(self, dm.reason);
       return;
     }
@@ -261,51 +283,55 @@ caf::behavior supervisor(self_ptr self, provider_actor provider,
   auto entry_of = [=]() -> running_verification* {
     auto& running = self->state.running;
     auto i =
-        running.find(caf::actor_cast<caf::actor_addr>(self->current_sender()));
+      running.find(caf::actor_cast<caf::actor_addr>(self->current_sender()));
     return i != running.end() ? &i->second : nullptr;
   };
   return {
-      [=](verify_atom, verification_request& req) { return admit(self, req); },
-      [=](stats_atom) {
-        auto& st = self->state;
-        auto stats = st.stats;
-        stats.in_flight = st.running.size();
-        stats.queued = st.queue.size();
-        stats.creating = st.creating;
-        return stats;
-      },
-      [=](created_atom, sandbox_handle& handle) {
-        if (auto entry = entry_of()) {
-          entry->handle = std::move(handle);
-          entry->phase = verification_state::ready;
-          ++self->state.stats.sandboxes_created;
-        }
-      },
-      [=](ready_atom) {
-        if (auto entry = entry_of()) {
-          entry->phase = verification_state::upload;
-          leave_create_phase(self, *entry);
-          start_queued(self);
-        }
-      },
-      [=](crashed_atom, verification_state state, std::string& what) {
-        if (auto entry = entry_of()) {
-          entry->phase = state;
-          entry->crash = std::move(what);
-        }
-      },
-      [=](verified_atom, verification_outcome& out, stop_status how) {
-        auto& st = self->state;
-        auto i = st.running.find(
-            caf::actor_cast<caf::actor_addr>(self->current_sender()));
-        if (i == st.running.end())
-          return;
-        leave_create_phase(self, i->second);
-        count_stop(self, how);
-        deliver(self, i->second.promise, std::move(out));
-        st.running.erase(i);
+    [=](verify_atom, verification_request& req) { return admit(self, req); },
+    [=](stats_atom) {
+      auto& st = self->state;
+      auto stats = st.stats;
+      stats.in_flight = st.running.size();
+      stats.queued = st.queue.size();
+      stats.creating = st.creating;
+      return stats;
+    },
+    [=](created_atom, sandbox_handle& handle) {
+      if (auto entry = entry_of()) {
+        entry->handle = std::move(handle);
+        entry->phase = verification_state::ready;
+        ++self->state.stats.sandboxes_created;
+      }
+    },
+    [=](ready_atom) {
+      if (auto entry = entry_of()) {
+        entry->phase = verification_state::upload;
+        leave_create_phase(self, *entry);
         start_queued(self);
-      },
+      }
+    },
+    [=](late_sandbox_atom, stop_status how) {
+      ++self->state.stats.sandboxes_created;
+      count_stop(self, how);
+    },
+    [=](crashed_atom, verification_state state, std::string& what) {
+      if (auto entry = entry_of()) {
+        entry->phase = state;
+        entry->crash = std::move(what);
+      }
+    },
+    [=](verified_atom, verification_outcome& out, stop_status how) {
+      auto& st = self->state;
+      auto i = st.running.find(
+        caf::actor_cast<caf::actor_addr>(self->current_sender()));
+      if (i == st.running.end())
+        return;
+      leave_create_phase(self, i->second);
+      count_stop(self, how);
+      deliver(self, i->second.promise, std::move(out));
+      st.running.erase(i);
+      start_queued(self);
+    },
   };
 }
 

@@ -39,11 +39,16 @@ struct supervisor_config {
   json default_metadata = json::object();
   /// How `result.json` becomes a result.
   result_parser parser = parse_json_object;
+  /// Builds a replacement when the provider dies, so that queued and later
+  /// submissions still get graded (in-flight ones fail with node_down and
+  /// stop their sandboxes through the replacement). Without it, every later
+  /// submission fails provider_unavailable / node_down.
+  std::function<provider_actor(caf::actor_system&)> restart_provider;
 };
 
 /// Spawns a supervisor that grades on `provider`. The supervisor monitors
 /// the provider: when it dies, every verification in flight fails with
-/// provider_unavailable / node_down at once.
+/// provider_unavailable / node_down at once (see `restart_provider`).
 supervisor_actor spawn_supervisor(caf::actor_system& sys,
                                   provider_actor provider,
                                   supervisor_config cfg = {});

@@ -16,7 +16,7 @@
 
 namespace sv {
 
-// -- messages between a verification actor and its supervisor ----------------
+// -- messages between a verification actor and its supervisor -----------------
 
 /// verification -> supervisor: create returned `sandbox_handle`; whoever
 /// outlives the verification must stop it.
@@ -30,7 +30,11 @@ using verified_atom = caf::atom_constant<caf::atom("verified")>;
 /// verification -> supervisor: a handler threw (`verification_state`,
 /// `std::string` what); the actor dies right after.
 using crashed_atom = caf::atom_constant<caf::atom("crashed")>;
-/// supervisor -> verification: the provider is gone; fail now.
+/// verification -> supervisor: after a create timeout, the provider still
+/// returned a sandbox; the `stop_status` says how stopping it went.
+using late_sandbox_atom = caf::atom_constant<caf::atom("latesb")>;
+/// supervisor -> verification: the provider is gone; fail now and stop the
+/// sandbox through the replacement `provider_actor` (if valid).
 using provider_down_atom = caf::atom_constant<caf::atom("provdown")>;
 /// verification -> itself: poll the status again.
 using poll_atom = caf::atom_constant<caf::atom("poll")>;

@@ -19,8 +19,8 @@ constexpr name_table<9> verification_state_names{"validate", "queue",  "create",
                                                  "ready",    "upload", "exec",
                                                  "download", "parse",  "stop"};
 constexpr name_table<9> failure_cause_names{
-    "error",      "timeout", "crash",  "invalid_result", "node_down",
-    "overloaded", "oom",     "killed", "invalid_request"};
+  "error",      "timeout", "crash",  "invalid_result", "node_down",
+  "overloaded", "oom",     "killed", "invalid_request"};
 
 template <class Enum, size_t N>
 std::string_view name_of(const name_table<N>& names, Enum x) {

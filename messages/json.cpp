@@ -25,7 +25,7 @@ std::string join_path(std::string_view head, const std::string& tail) {
 
 [[noreturn]] void fail_type(const json& v, const char* expected) {
   throw json_error("", std::string{"expected "} + expected + ", got " +
-                           v.type_name());
+                         v.type_name());
 }
 
 // -- reading single values ----------------------------------------------------
@@ -75,7 +75,7 @@ void read(const json& v, std::map<std::string, std::string>& out) {
   for (auto& [key, value] : v.items()) {
     if (!value.is_string())
       throw json_error(key, std::string{"expected a string, got "} +
-                                value.type_name());
+                              value.type_name());
     out.emplace(key, value.get_ref<const std::string&>());
   }
 }
@@ -89,7 +89,7 @@ void read(const json& v, std::vector<std::string>& out) {
     if (!v[i].is_string())
       throw json_error("[" + std::to_string(i) + "]",
                        std::string{"expected a string, got "} +
-                           v[i].type_name());
+                         v[i].type_name());
     out.push_back(v[i].get_ref<const std::string&>());
   }
 }
@@ -100,7 +100,7 @@ void read_enum(const json& v, Enum& out) {
     fail_type(v, "a string");
   if (!from_string(v.get_ref<const std::string&>(), out))
     throw json_error("", "unknown value \"" + v.get<std::string>() +
-                             "\" (allowed: " + allowed_names<Enum>() + ")");
+                           "\" (allowed: " + allowed_names<Enum>() + ")");
 }
 
 template <class T>
@@ -118,7 +118,7 @@ void check_object(const json& j, const char* type,
                   std::initializer_list<std::string_view> allowed) {
   if (!j.is_object())
     throw json_error("", std::string{"expected a "} + type + " object, got " +
-                             j.type_name());
+                           j.type_name());
   for (auto& item : j.items()) {
     bool known = false;
     for (auto key : allowed)
@@ -131,7 +131,7 @@ void check_object(const json& j, const char* type,
         names += key;
       }
       throw json_error(item.key(), "unknown key in " + std::string{type} +
-                                       " (allowed: " + names + ")");
+                                     " (allowed: " + names + ")");
     }
   }
 }
@@ -285,8 +285,8 @@ void to_json(json& j, const exec_result& x) {
 
 void from_json(const json& j, exec_result& x) {
   check_object(
-      j, "exec_result",
-      {"stdout", "stderr", "return_code", "error_type", "message", "log_tail"});
+    j, "exec_result",
+    {"stdout", "stderr", "return_code", "error_type", "message", "log_tail"});
   x = exec_result();
   field(j, "stdout", x.stdout_text);
   field(j, "stderr", x.stderr_text);
@@ -404,8 +404,8 @@ void to_json(json& j, const state_timings& x) {
 
 void from_json(const json& j, state_timings& x) {
   check_object(
-      j, "timings_ms",
-      {"create", "ready", "upload", "exec", "download", "stop", "total"});
+    j, "timings_ms",
+    {"create", "ready", "upload", "exec", "download", "stop", "total"});
   x = state_timings();
   field(j, "create", x.create);
   field(j, "ready", x.ready);
@@ -452,9 +452,12 @@ void to_json(json& j, const supervisor_stats& x) {
            {"sandboxes_created", x.sandboxes_created},
            {"sandboxes_stopped", x.sandboxes_stopped},
            {"stop_failures", x.stop_failures},
+           {"provider_restarts", x.provider_restarts},
            {"in_flight", x.in_flight},
            {"queued", x.queued},
-           {"creating", x.creating}};
+           {"creating", x.creating},
+           {"peak_in_flight", x.peak_in_flight},
+           {"peak_creating", x.peak_creating}};
 }
 
 } // namespace sv

@@ -149,9 +149,14 @@ struct supervisor_stats {
   uint64_t sandboxes_created = 0;
   uint64_t sandboxes_stopped = 0;
   uint64_t stop_failures = 0;
+  uint64_t provider_restarts = 0;
   uint64_t in_flight = 0;
   uint64_t queued = 0;
   uint64_t creating = 0;
+  /// The most verifications ever running at once.
+  uint64_t peak_in_flight = 0;
+  /// The most verifications ever in create or ready at once.
+  uint64_t peak_creating = 0;
 };
 
 // -- inspection ---------------------------------------------------------------
@@ -224,7 +229,8 @@ typename Inspector::result_type inspect(Inspector& f, supervisor_stats& x) {
   return f(caf::meta::type_name("sv::supervisor_stats"), x.submitted,
            x.succeeded, x.failed, x.rejected_overloaded, x.crashed,
            x.sandboxes_created, x.sandboxes_stopped, x.stop_failures,
-           x.in_flight, x.queued, x.creating);
+           x.provider_restarts, x.in_flight, x.queued, x.creating,
+           x.peak_in_flight, x.peak_creating);
 }
 
 } // namespace sv

@@ -23,15 +23,15 @@ void register_protocol(caf::actor_system_config& cfg) {
   cfg.add_message_type<supervisor_stats>("sv::supervisor_stats");
   cfg.add_message_type<provider_actor>("sv::provider_actor");
   cfg.add_message_type<supervisor_actor>("sv::supervisor_actor");
-  cfg.add_error_category(provider_error_category,
-                         [](uint8_t code, caf::atom_value,
-                            const caf::message& ctx) -> std::string {
-                           std::string out = "provider_errc::";
-                           out += to_string(static_cast<provider_errc>(code));
-                           if (ctx.match_elements<std::string>())
-                             out += ": " + ctx.get_as<std::string>(0);
-                           return out;
-                         });
+  cfg.add_error_category(
+    provider_error_category,
+    [](uint8_t code, caf::atom_value, const caf::message& ctx) -> std::string {
+      std::string out = "provider_errc::";
+      out += to_string(static_cast<provider_errc>(code));
+      if (ctx.match_elements<std::string>())
+        out += ": " + ctx.get_as<std::string>(0);
+      return out;
+    });
 }
 
 } // namespace sv

@@ -12,9 +12,9 @@ bool is_confined_path(std::string_view path) {
   size_t start = 0;
   for (;;) {
     auto end = path.find('/', start);
-    auto part = path.substr(start, end == std::string_view::npos
-                                       ? std::string_view::npos
-                                       : end - start);
+    auto part =
+      path.substr(start, end == std::string_view::npos ? std::string_view::npos
+                                                       : end - start);
     if (part.empty() || part == "." || part == "..")
       return false;
     if (end == std::string_view::npos)
@@ -34,12 +34,12 @@ std::string check_timeouts(const verification_request& req) {
     const char* name;
     double value;
   } timeouts[] = {
-      {"exec_timeout_s", req.exec_timeout_s},
-      {"config.ready_timeout_s", req.config.ready_timeout_s},
-      {"config.upload_timeout_s", req.config.upload_timeout_s},
-      {"config.download_timeout_s", req.config.download_timeout_s},
-      {"config.stop_timeout_s", req.config.stop_timeout_s},
-      {"config.exec_grace_s", req.config.exec_grace_s},
+    {"exec_timeout_s", req.exec_timeout_s},
+    {"config.ready_timeout_s", req.config.ready_timeout_s},
+    {"config.upload_timeout_s", req.config.upload_timeout_s},
+    {"config.download_timeout_s", req.config.download_timeout_s},
+    {"config.stop_timeout_s", req.config.stop_timeout_s},
+    {"config.exec_grace_s", req.config.exec_grace_s},
   };
   for (auto& t : timeouts)
     if (!valid_timeout(t.value))

@@ -3,6 +3,7 @@
 #include "messages/errors.hpp"
 #include "messages/json.hpp"
 
+#include <atomic>
 #include <caf/actor_system.hpp>
 #include <caf/event_based_actor.hpp>
 #include <caf/stateful_actor.hpp>
@@ -12,15 +13,14 @@
 
 namespace sv {
 
-// -- names
-// ----------------------------------------------------------------------
+// -- names --------------------------------------------------------------------
 
 namespace {
 
 constexpr std::array<std::string_view, scripted_op_count> op_names{
-    "create", "status", "upload", "exec", "download", "stop"};
+  "create", "status", "upload", "exec", "download", "stop"};
 constexpr std::array<std::string_view, 6> fault_names{
-    "ok", "error", "hang", "crash", "delay", "garbage"};
+  "ok", "error", "hang", "crash", "delay", "garbage"};
 
 template <class Enum, size_t N>
 bool parse_name(const std::array<std::string_view, N>& names,
@@ -51,8 +51,7 @@ bool from_string(std::string_view name, scripted_fault& x) {
   return parse_name(fault_names, name, x);
 }
 
-// -- ledger
-// ---------------------------------------------------------------------
+// -- ledger -------------------------------------------------------------------
 
 void scripted_ledger::on_call(scripted_op op, scripted_fault fault) {
   std::lock_guard<std::mutex> guard{mtx_};
@@ -63,10 +62,23 @@ void scripted_ledger::on_call(scripted_op op, scripted_fault fault) {
 void scripted_ledger::on_create(const std::string& sandbox_id) {
   std::lock_guard<std::mutex> guard{mtx_};
   stops_by_sandbox_.emplace(sandbox_id, 0);
+  starting_.emplace(sandbox_id, true);
+  peak_starting_ = std::max<uint64_t>(peak_starting_, starting_.size());
+}
+
+void scripted_ledger::on_running(const std::string& sandbox_id) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  starting_.erase(sandbox_id);
+}
+
+uint64_t scripted_ledger::peak_starting() const {
+  std::lock_guard<std::mutex> guard{mtx_};
+  return peak_starting_;
 }
 
 void scripted_ledger::on_stop(const std::string& sandbox_id) {
   std::lock_guard<std::mutex> guard{mtx_};
+  starting_.erase(sandbox_id);
   ++stops_;
   ++stops_by_sandbox_[sandbox_id];
 }
@@ -106,8 +118,7 @@ std::vector<std::string> scripted_ledger::not_stopped_once() const {
   return out;
 }
 
-// -- the actor
-// ------------------------------------------------------------------
+// -- the actor ----------------------------------------------------------------
 
 namespace {
 
@@ -120,36 +131,43 @@ struct scripted_state {
   scripted_script script;
   std::shared_ptr<scripted_ledger> ledger;
   std::array<uint64_t, scripted_op_count> calls{};
-  std::array<scripted_step, scripted_op_count> sticky{};
+  /// Sticky steps by operation and sandbox id (empty for create).
+  std::map<std::pair<scripted_op, std::string>, scripted_step> sticky;
   std::mt19937_64 rng;
+  /// Sandbox ids are unique across providers (a restarted provider must not
+  /// hand out the ids of its predecessor).
+  std::string id_prefix;
   uint64_t next_sandbox = 0;
   std::unordered_map<std::string, uint32_t> polls;
   uint64_t next_token = 0;
   std::unordered_map<uint64_t, std::pair<caf::response_promise, reply_fn>>
-      delayed;
+    delayed;
 };
 
 using self_ptr = caf::stateful_actor<scripted_state>*;
 
-/// The step of the next call of `op`: scripted, sticky, random or ok.
-scripted_step next_step(self_ptr self, scripted_op op) {
+/// The step of the next call of `op` on `sandbox`: sticky, scripted, random
+/// or ok.
+scripted_step next_step(self_ptr self, scripted_op op,
+                        const std::string& sandbox) {
   auto& st = self->state;
   auto index = st.calls[static_cast<size_t>(op)]++;
-  auto& sticky = st.sticky[static_cast<size_t>(op)];
-  if (sticky.sticky)
-    return sticky;
+  if (!st.sticky.empty()) {
+    if (auto i = st.sticky.find({op, sandbox}); i != st.sticky.end())
+      return i->second;
+  }
   if (auto i = st.script.steps.find(op);
       i != st.script.steps.end() && index < i->second.size()) {
     auto step = i->second[index];
     if (step.sticky)
-      sticky = step;
+      st.sticky.emplace(std::make_pair(op, sandbox), step);
     return step;
   }
   if (st.script.fault_rate > 0 && !st.script.random_faults.empty()) {
     std::uniform_real_distribution<double> coin{0, 1};
     if (coin(st.rng) < st.script.fault_rate) {
       std::uniform_int_distribution<size_t> pick{
-          0, st.script.random_faults.size() - 1};
+        0, st.script.random_faults.size() - 1};
       return {st.script.random_faults[pick(st.rng)], st.script.random_delay,
               false};
     }
@@ -158,11 +176,12 @@ scripted_step next_step(self_ptr self, scripted_op op) {
 }
 
 /// Runs one call: the correct answer `ok`, or the step's fault.
-caf::response_promise respond(self_ptr self, scripted_op op, reply_fn ok,
+caf::response_promise respond(self_ptr self, scripted_op op,
+                              const std::string& sandbox, reply_fn ok,
                               reply_fn garbage) {
   auto& st = self->state;
   auto rp = self->make_response_promise();
-  auto step = next_step(self, op);
+  auto step = next_step(self, op, sandbox);
   if (st.ledger)
     st.ledger->on_call(op, step.fault);
   switch (step.fault) {
@@ -198,89 +217,92 @@ void wrong_type(caf::response_promise& rp) {
 
 caf::behavior scripted_provider(self_ptr self, scripted_script script,
                                 std::shared_ptr<scripted_ledger> ledger) {
+  static std::atomic<uint64_t> instances{0};
+  self->state.id_prefix = "sb-" + std::to_string(instances++) + "-";
   self->state.rng.seed(script.seed);
   self->state.script = std::move(script);
   self->state.ledger = std::move(ledger);
   return {
-      [=](create_atom, sandbox_spec&) {
-        auto create = [=](caf::response_promise& rp) {
-          auto& st = self->state;
-          sandbox_handle h{"sb-" + std::to_string(st.next_sandbox++),
-                           "scripted", ""};
-          if (st.ledger)
-            st.ledger->on_create(h.sandbox_id);
-          rp.deliver(std::move(h));
-        };
-        return respond(self, scripted_op::create, create, wrong_type);
-      },
-      [=](status_atom, sandbox_handle& h) {
-        auto id = h.sandbox_id;
-        auto status = [=](caf::response_promise& rp) {
-          auto& st = self->state;
-          if (st.script.starting_polls > 0 &&
-              st.polls[id]++ < st.script.starting_polls) {
-            rp.deliver(sandbox_status::starting);
-            return;
-          }
-          st.polls.erase(id);
-          rp.deliver(sandbox_status::running);
-        };
-        auto unknown = [](caf::response_promise& rp) {
-          rp.deliver(sandbox_status::unknown);
-        };
-        return respond(self, scripted_op::status, status, unknown);
-      },
-      [=](upload_atom, sandbox_handle&, std::string&, file_map&) {
-        auto ok = [](caf::response_promise& rp) { rp.deliver(ok_atom::value); };
-        return respond(self, scripted_op::upload, ok, wrong_type);
-      },
-      [=](exec_atom, sandbox_handle&, exec_request&) {
-        auto ok = [](caf::response_promise& rp) { rp.deliver(exec_result{}); };
-        auto broken = [](caf::response_promise& rp) {
-          exec_result res;
-          res.error_type = exec_error_type::sandbox;
-          res.return_code = -1;
-          res.message = "scripted garbage: the sandbox lost the runner";
-          rp.deliver(std::move(res));
-        };
-        return respond(self, scripted_op::exec, ok, broken);
-      },
-      [=](download_atom, sandbox_handle&, std::string&) {
-        auto ok = [=](caf::response_promise& rp) {
-          rp.deliver(self->state.script.result_text);
-        };
-        auto junk = [](caf::response_promise& rp) {
-          rp.deliver(std::string{"\x01\x02 this is not JSON {"});
-        };
-        return respond(self, scripted_op::download, ok, junk);
-      },
-      [=](stop_atom, sandbox_handle& h) {
-        auto id = h.sandbox_id;
-        if (self->state.ledger)
-          self->state.ledger->on_stop(id);
-        auto ok = [](caf::response_promise& rp) { rp.deliver(ok_atom::value); };
-        return respond(self, scripted_op::stop, ok, wrong_type);
-      },
-      [=](delayed_atom, uint64_t token) {
-        auto i = self->state.delayed.find(token);
-        if (i == self->state.delayed.end())
+    [=](create_atom, sandbox_spec&) {
+      auto create = [=](caf::response_promise& rp) {
+        auto& st = self->state;
+        sandbox_handle h{st.id_prefix + std::to_string(st.next_sandbox++),
+                         "scripted", ""};
+        if (st.ledger)
+          st.ledger->on_create(h.sandbox_id);
+        rp.deliver(std::move(h));
+      };
+      return respond(self, scripted_op::create, {}, create, wrong_type);
+    },
+    [=](status_atom, sandbox_handle& h) {
+      auto id = h.sandbox_id;
+      auto status = [=](caf::response_promise& rp) {
+        auto& st = self->state;
+        if (st.script.starting_polls > 0 &&
+            st.polls[id]++ < st.script.starting_polls) {
+          rp.deliver(sandbox_status::starting);
           return;
-        auto [rp, reply] = std::move(i->second);
-        self->state.delayed.erase(i);
-        reply(rp);
-      },
+        }
+        st.polls.erase(id);
+        if (st.ledger)
+          st.ledger->on_running(id);
+        rp.deliver(sandbox_status::running);
+      };
+      auto unknown = [](caf::response_promise& rp) {
+        rp.deliver(sandbox_status::unknown);
+      };
+      return respond(self, scripted_op::status, h.sandbox_id, status, unknown);
+    },
+    [=](upload_atom, sandbox_handle& h, std::string&, file_map&) {
+      auto ok = [](caf::response_promise& rp) { rp.deliver(ok_atom::value); };
+      return respond(self, scripted_op::upload, h.sandbox_id, ok, wrong_type);
+    },
+    [=](exec_atom, sandbox_handle& h, exec_request&) {
+      auto ok = [](caf::response_promise& rp) { rp.deliver(exec_result{}); };
+      auto broken = [](caf::response_promise& rp) {
+        exec_result res;
+        res.error_type = exec_error_type::sandbox;
+        res.return_code = -1;
+        res.message = "scripted garbage: the sandbox lost the runner";
+        rp.deliver(std::move(res));
+      };
+      return respond(self, scripted_op::exec, h.sandbox_id, ok, broken);
+    },
+    [=](download_atom, sandbox_handle& h, std::string&) {
+      auto ok = [=](caf::response_promise& rp) {
+        rp.deliver(self->state.script.result_text);
+      };
+      auto junk = [](caf::response_promise& rp) {
+        rp.deliver(std::string{"\x01\x02 this is not JSON {"});
+      };
+      return respond(self, scripted_op::download, h.sandbox_id, ok, junk);
+    },
+    [=](stop_atom, sandbox_handle& h) {
+      auto id = h.sandbox_id;
+      if (self->state.ledger)
+        self->state.ledger->on_stop(id);
+      auto ok = [](caf::response_promise& rp) { rp.deliver(ok_atom::value); };
+      return respond(self, scripted_op::stop, id, ok, wrong_type);
+    },
+    [=](delayed_atom, uint64_t token) {
+      auto i = self->state.delayed.find(token);
+      if (i == self->state.delayed.end())
+        return;
+      auto [rp, reply] = std::move(i->second);
+      self->state.delayed.erase(i);
+      reply(rp);
+    },
   };
 }
 
-// -- configuration
-// ----------------------------------------------------------------
+// -- configuration ------------------------------------------------------------
 
 template <class Enum>
 Enum read_name(const json& j, const std::string& path, const char* what) {
   Enum x{};
   if (!j.is_string() || !from_string(j.get<std::string>(), x))
     throw json_error(path, std::string{"expected "} + what + " name, got " +
-                               j.dump());
+                             j.dump());
   return x;
 }
 
@@ -299,7 +321,7 @@ scripted_step read_step(const json& j, const std::string& path) {
       if (!value.is_number() || value.get<double>() < 0)
         throw json_error(path + ".delay_ms", "expected milliseconds >= 0");
       step.delay = std::chrono::duration_cast<caf::timespan>(
-          std::chrono::duration<double, std::milli>(value.get<double>()));
+        std::chrono::duration<double, std::milli>(value.get<double>()));
     } else if (key == "sticky") {
       if (!value.is_boolean())
         throw json_error(path + ".sticky", "expected true or false");
@@ -330,7 +352,7 @@ scripted_script parse_scripted_script(const json& j) {
           throw json_error(path, "expected an array of steps");
         for (size_t i = 0; i < list.size(); ++i)
           out.steps[op].push_back(
-              read_step(list[i], path + "[" + std::to_string(i) + "]"));
+            read_step(list[i], path + "[" + std::to_string(i) + "]"));
       }
     } else if (key == "fault_rate") {
       if (!value.is_number() || value.get<double>() < 0 ||
@@ -347,12 +369,12 @@ scripted_script parse_scripted_script(const json& j) {
       out.random_faults.clear();
       for (size_t i = 0; i < value.size(); ++i)
         out.random_faults.push_back(read_name<scripted_fault>(
-            value[i], key + "[" + std::to_string(i) + "]", "a fault"));
+          value[i], key + "[" + std::to_string(i) + "]", "a fault"));
     } else if (key == "random_delay_ms") {
       if (!value.is_number() || value.get<double>() < 0)
         throw json_error(key, "expected milliseconds >= 0");
       out.random_delay = std::chrono::duration_cast<caf::timespan>(
-          std::chrono::duration<double, std::milli>(value.get<double>()));
+        std::chrono::duration<double, std::milli>(value.get<double>()));
     } else if (key == "result_text") {
       if (!value.is_string())
         throw json_error(key, "expected a string");

@@ -63,7 +63,8 @@ struct scripted_step {
   scripted_fault fault = scripted_fault::ok;
   /// For `delay`: how long until the (correct) answer.
   caf::timespan delay{0};
-  /// Applies to this call and every later call of the operation.
+  /// Applies to this call and every later call of the operation on the same
+  /// sandbox (for create: on this provider).
   bool sticky = false;
 };
 
@@ -77,8 +78,8 @@ struct scripted_script {
   uint64_t seed = 1;
   /// The faults drawn at random.
   std::vector<scripted_fault> random_faults = {
-      scripted_fault::error, scripted_fault::hang, scripted_fault::delay,
-      scripted_fault::garbage};
+    scripted_fault::error, scripted_fault::hang, scripted_fault::delay,
+    scripted_fault::garbage};
   /// The delay of a random `delay` fault.
   caf::timespan random_delay = std::chrono::milliseconds(10);
   /// What an `ok` download returns.
@@ -94,6 +95,8 @@ public:
   void on_call(scripted_op op, scripted_fault fault);
   void on_create(const std::string& sandbox_id);
   void on_stop(const std::string& sandbox_id);
+  /// A sandbox answered its first `running` status.
+  void on_running(const std::string& sandbox_id);
 
   /// Calls of an operation so far.
   uint64_t calls(scripted_op op) const;
@@ -107,6 +110,8 @@ public:
   uint64_t stops_of(const std::string& sandbox_id) const;
   /// Created sandboxes whose stop count is not exactly one.
   std::vector<std::string> not_stopped_once() const;
+  /// The most sandboxes ever created but not yet running at once.
+  uint64_t peak_starting() const;
 
 private:
   mutable std::mutex mtx_;
@@ -114,6 +119,8 @@ private:
   std::array<uint64_t, 6> faults_{};
   uint64_t stops_ = 0;
   std::map<std::string, uint64_t> stops_by_sandbox_;
+  std::map<std::string, bool> starting_;
+  uint64_t peak_starting_ = 0;
 };
 
 /// Reads a `{"scripted": {...}}` block's settings: `steps` ({op: [fault or

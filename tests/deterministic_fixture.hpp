@@ -13,13 +13,23 @@
 #include <caf/scheduled_actor.hpp>
 #include <caf/scheduler/test_coordinator.hpp>
 #include <caf/scoped_actor.hpp>
+#include <cstdlib>
 #include <optional>
+#include <spdlog/spdlog.h>
 #include <vector>
 
 namespace sv::test {
 
+/// Tests log nothing unless SV_TEST_LOG names a level (e.g. "debug").
+inline void quiet_logs() {
+  auto* level = std::getenv("SV_TEST_LOG");
+  spdlog::set_level(level ? spdlog::level::from_str(level)
+                          : spdlog::level::off);
+}
+
 struct deterministic_config : caf::actor_system_config {
   deterministic_config() {
+    quiet_logs();
     register_protocol(*this);
     set("scheduler.policy", caf::atom("testing"));
   }
@@ -29,7 +39,7 @@ struct deterministic_fixture {
   deterministic_config cfg;
   caf::actor_system sys{cfg};
   caf::scheduler::test_coordinator& sched =
-      dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler());
+    dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler());
   caf::scoped_actor client{sys, true};
   std::vector<caf::actor> spawned;
 

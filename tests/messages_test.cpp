@@ -90,8 +90,7 @@ struct binary_fixture {
 
 } // namespace
 
-// -- JSON round trips
-// -----------------------------------------------------------
+// -- JSON round trips ---------------------------------------------------------
 
 TEST_CASE("verification_request survives a JSON round trip") {
   auto req = sample_request();
@@ -167,38 +166,36 @@ TEST_CASE("enums read and write their wire names") {
         "killed, runtime, sandbox)");
 }
 
-// -- JSON validation errors
-// -----------------------------------------------------
+// -- JSON validation errors ---------------------------------------------------
 
 TEST_CASE("unknown keys are errors naming the key and the allowed keys") {
-  CHECK(
-      error_of<verification_request>(
+  CHECK(error_of<verification_request>(
           {{"id", "a"}, {"files", json::object()}, {"request", 1}, {"x", 1}}) ==
-      "x: unknown key in verification_request (allowed: id, config, "
-      "files, request, exec_timeout_s, metadata, work_dir)");
+        "x: unknown key in verification_request (allowed: id, config, "
+        "files, request, exec_timeout_s, metadata, work_dir)");
   CHECK(error_of<verification_request>({{"id", "a"},
                                         {"files", json::object()},
                                         {"request", 1},
                                         {"config", {{"pyhton", "x"}}}})
-            .rfind("config.pyhton: unknown key in verification_config "
-                   "(allowed: env, image,",
-                   0) == 0);
+          .rfind("config.pyhton: unknown key in verification_config "
+                 "(allowed: env, image,",
+                 0) == 0);
   CHECK(error_of<sandbox_resources>({{"ram", 1}}) ==
         "ram: unknown key in sandbox_resources (allowed: cpu, memory_mib, "
         "disk_gib, gpu, gpu_type)");
   CHECK(
-      error_of<sandbox_spec>({{"imgae", ""}}).rfind("imgae: unknown key", 0) ==
-      0);
+    error_of<sandbox_spec>({{"imgae", ""}}).rfind("imgae: unknown key", 0) ==
+    0);
   CHECK(error_of<sandbox_handle>({{"id", ""}}).rfind("id: unknown key", 0) ==
         0);
   CHECK(error_of<exec_request>({{"argv", {"a"}}, {"timeout_s", 1}, {"x", 0}})
-            .rfind("x: unknown key in exec_request", 0) == 0);
+          .rfind("x: unknown key in exec_request", 0) == 0);
   CHECK(error_of<exec_result>({{"return_code", 0}, {"rc", 0}})
-            .rfind("rc: unknown key in exec_result", 0) == 0);
+          .rfind("rc: unknown key in exec_result", 0) == 0);
   CHECK(error_of<verification_failure>({{"kind", "x"}})
-            .rfind("kind: unknown key in verification_failure", 0) == 0);
+          .rfind("kind: unknown key in verification_failure", 0) == 0);
   CHECK(error_of<verification_outcome>({{"id", "a"}, {"ok", true}, {"y", 1}})
-            .rfind("y: unknown key in verification_outcome", 0) == 0);
+          .rfind("y: unknown key in verification_outcome", 0) == 0);
 }
 
 TEST_CASE("missing and mistyped fields name the field") {
@@ -206,13 +203,13 @@ TEST_CASE("missing and mistyped fields name the field") {
         "id: missing required field");
   CHECK(error_of<verification_request>({{"id", "a"}, {"request", 1}}) ==
         "files: missing required field");
-  CHECK(error_of<verification_request>(
-            {{"id", "a"}, {"files", json::object()}}) ==
-        "request: missing required field");
+  CHECK(
+    error_of<verification_request>({{"id", "a"}, {"files", json::object()}}) ==
+    "request: missing required field");
   CHECK(error_of<verification_request>({{"id", 7}}) ==
         "id: expected a string, got number");
   CHECK(error_of<verification_request>(
-            {{"id", "a"}, {"files", {{"x.py", 1}}}, {"request", 1}}) ==
+          {{"id", "a"}, {"files", {{"x.py", 1}}}, {"request", 1}}) ==
         "files.x.py: expected a string, got number");
   CHECK(error_of<verification_request>({{"id", "a"},
                                         {"files", json::object()},
@@ -220,10 +217,10 @@ TEST_CASE("missing and mistyped fields name the field") {
                                         {"exec_timeout_s", -1}}) ==
         "exec_timeout_s: must be a number of seconds in (0, 604800]");
   CHECK(error_of<verification_request>(
-            {{"id", "a"},
-             {"files", json::object()},
-             {"request", 1},
-             {"config", {{"resources", {{"memory_mib", "lots"}}}}}}) ==
+          {{"id", "a"},
+           {"files", json::object()},
+           {"request", 1},
+           {"config", {{"resources", {{"memory_mib", "lots"}}}}}}) ==
         "config.resources.memory_mib: expected an integer, got string");
   CHECK(error_of<exec_request>({{"argv", {"a", 2}}, {"timeout_s", 1}}) ==
         "argv[1]: expected a string, got number");
@@ -232,14 +229,13 @@ TEST_CASE("missing and mistyped fields name the field") {
   CHECK(error_of<verification_outcome>({{"id", "a"}, {"ok", false}}) ==
         "failure: missing required field");
   CHECK(error_of<verification_outcome>(
-            {{"id", "a"}, {"ok", true}, {"mask_sample", true}}) ==
+          {{"id", "a"}, {"ok", true}, {"mask_sample", true}}) ==
         "mask_sample: must be the opposite of ok");
   CHECK(error_of<verification_request>(json::array()) ==
         "expected a verification_request object, got array");
 }
 
-// -- submission validation
-// ------------------------------------------------------
+// -- submission validation ----------------------------------------------------
 
 TEST_CASE("confined paths") {
   CHECK(is_confined_path("a"));
@@ -280,8 +276,7 @@ TEST_CASE("validate names what is wrong with a submission") {
   CHECK(validate(bad) == "id: must not be empty");
 }
 
-// -- provider errors
-// ------------------------------------------------------------
+// -- provider errors ----------------------------------------------------------
 
 TEST_CASE("provider errors carry their code and message") {
   auto err = make_error(provider_errc::not_found, "result.json: no such file");
@@ -293,8 +288,7 @@ TEST_CASE("provider errors carry their code and message") {
         "request_timeout");
 }
 
-// -- CAF serialization (what crosses nodes)
-// -------------------------------------
+// -- CAF serialization (what crosses nodes) -----------------------------------
 
 TEST_CASE_METHOD(binary_fixture, "every type survives CAF serialization") {
   auto req = sample_request();

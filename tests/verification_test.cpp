@@ -2,99 +2,25 @@
 // deterministic scheduler: the happy-path trace, each state's deadline to
 // the tick, each state's error, and the stop-exactly-once rule.
 
-#include "actors/supervisor.hpp"
 #include "actors/verification.hpp"
-#include "deterministic_fixture.hpp"
-#include "messages/atoms.hpp"
-#include "providers/scripted.hpp"
+#include "grading_fixture.hpp"
 
 #include <catch2/catch.hpp>
 
 using namespace sv;
 using namespace std::chrono_literals;
 
-namespace {
-
-/// Distinct deadlines per state, so a test cannot confuse them.
-verification_request make_request(std::string id = "task-1") {
-  verification_request req;
-  req.id = std::move(id);
-  req.files["sandbox_runner.py"] = "print('hello')";
-  req.request = {{"question", 42}};
-  req.exec_timeout_s = 30;
-  req.config.ready_timeout_s = 10;
-  req.config.upload_timeout_s = 20;
-  req.config.exec_grace_s = 5;
-  req.config.download_timeout_s = 40;
-  req.config.stop_timeout_s = 50;
-  return req;
-}
-
-struct fixture : test::deterministic_fixture {
-  std::shared_ptr<scripted_ledger> ledger = std::make_shared<scripted_ledger>();
-  provider_actor provider;
-  supervisor_actor supervisor;
-
-  void start(scripted_script script, supervisor_config cfg = {}) {
-    provider = keep(spawn_scripted_provider(sys, std::move(script), ledger));
-    supervisor = keep(spawn_supervisor(sys, provider, std::move(cfg)));
-  }
-
-  void submit(verification_request req = make_request()) {
-    client->send(supervisor, verify_atom::value, std::move(req));
-  }
-
-  /// Runs to one tick before `deadline` (counted from now) and checks that
-  /// nothing came back, then one tick more and returns the reply.
-  verification_outcome reply_exactly_at(caf::timespan deadline) {
-    run_for(deadline - 1ns);
-    REQUIRE_FALSE(take<verification_outcome>().has_value());
-    run_for(1ns);
-    auto out = take<verification_outcome>();
-    REQUIRE(out.has_value());
-    return std::move(*out);
-  }
-
-  verification_outcome reply_now() {
-    run();
-    auto out = take<verification_outcome>();
-    REQUIRE(out.has_value());
-    return std::move(*out);
-  }
-
-  supervisor_stats stats() {
-    client->send(supervisor, stats_atom::value);
-    run();
-    auto out = take<supervisor_stats>();
-    REQUIRE(out.has_value());
-    return *out;
-  }
-};
-
-scripted_script fault_at(scripted_op op, scripted_fault fault,
-                         caf::timespan delay = 0s) {
-  scripted_script script;
-  script.steps[op] = {scripted_step{fault, delay, true}};
-  return script;
-}
-
-void check_failure(const verification_outcome& out, failure_kind kind,
-                   verification_state state, failure_cause cause) {
-  INFO("message: " << out.failure.message);
-  CHECK_FALSE(out.ok);
-  CHECK(to_string(out.failure.kind) == to_string(kind));
-  CHECK(to_string(out.failure.state) == to_string(state));
-  CHECK(to_string(out.failure.cause) == to_string(cause));
-}
-
-} // namespace
+using fixture = test::grading_fixture;
+using test::check_failure;
+using test::fault_at;
+using test::make_request;
 
 TEST_CASE_METHOD(fixture, "happy path: create ready upload exec "
                           "download stop in order and one reply") {
   start({});
   submit();
   auto* prov = dynamic_cast<caf::scheduled_actor*>(
-      caf::actor_cast<caf::abstract_actor*>(provider));
+    caf::actor_cast<caf::abstract_actor*>(provider));
   REQUIRE(prov != nullptr);
   std::vector<std::string> trace;
   caf::strong_actor_ptr verifier;
@@ -146,8 +72,7 @@ TEST_CASE_METHOD(fixture, "ready polls with backoff until running") {
   CHECK(ledger->calls(scripted_op::status) == 4);
 }
 
-// -- deadlines, to the tick
-// -----------------------------------------------------
+// -- deadlines, to the tick ---------------------------------------------------
 
 TEST_CASE_METHOD(fixture, "create deadline: ready_timeout_s; no stop") {
   start(fault_at(scripted_op::create, scripted_fault::hang));
@@ -228,8 +153,7 @@ TEST_CASE_METHOD(fixture, "a reply just inside a deadline is taken") {
   CHECK(out.ok);
 }
 
-// -- errors
-// ---------------------------------------------------------------------
+// -- errors -------------------------------------------------------------------
 
 TEST_CASE_METHOD(fixture, "create error: provider_unavailable; no stop") {
   start(fault_at(scripted_op::create, scripted_fault::error));
@@ -313,8 +237,7 @@ TEST_CASE_METHOD(fixture, "a failure before stop keeps its kind when stop "
                 verification_state::upload, failure_cause::error);
 }
 
-// -- spec and admission
-// ---------------------------------------------------------
+// -- spec and admission -------------------------------------------------------
 
 TEST_CASE("the sandbox spec merges metadata and sets the TTL") {
   auto req = make_request();

@@ -1,0 +1,189 @@
+// The supervisor's guarantees under crashes and load, message by message:
+// a dying provider fails its in-flight submissions at once, caps hold under
+// a burst, and every submission gets exactly one terminal reply.
+
+#include "grading_fixture.hpp"
+
+#include <map>
+
+using namespace sv;
+using namespace sv::test;
+
+namespace {
+
+struct burst_fixture : grading_fixture {
+  std::map<std::string, int> replies;
+  std::vector<verification_outcome> outcomes;
+
+  void submit_many(const std::string& prefix, int n) {
+    for (int i = 0; i < n; ++i)
+      submit(make_request(prefix + std::to_string(i)));
+  }
+
+  /// Collects every reply that has arrived.
+  void collect() {
+    while (auto out = take<verification_outcome>()) {
+      ++replies[out->id];
+      outcomes.push_back(std::move(*out));
+    }
+  }
+
+  /// Advances the clock in small steps until `n` replies arrived or `limit`
+  /// of simulated time passed.
+  void run_until_replies(size_t n, caf::timespan limit) {
+    auto until = now() + limit;
+    while (outcomes.size() < n && now() < until) {
+      run_for(1ms);
+      collect();
+    }
+  }
+
+  size_t count(bool ok, verification_state state, failure_cause cause) {
+    size_t n = 0;
+    for (auto& out : outcomes)
+      if (out.ok == ok &&
+          (ok || (out.failure.state == state && out.failure.cause == cause)))
+        ++n;
+    return n;
+  }
+
+  void check_exactly_once(size_t n) {
+    CHECK(replies.size() == n);
+    for (auto& [id, times] : replies) {
+      INFO(id);
+      CHECK(times == 1);
+    }
+  }
+};
+
+/// The first `n` execs hang.
+scripted_script hanging_execs(size_t n) {
+  scripted_script script;
+  script.steps[scripted_op::exec].assign(n,
+                                         scripted_step{scripted_fault::hang});
+  return script;
+}
+
+} // namespace
+
+TEST_CASE_METHOD(burst_fixture,
+                 "provider death fails in-flight and queued submissions at "
+                 "once") {
+  supervisor_config cfg;
+  cfg.max_in_flight = 10;
+  start(hanging_execs(10), cfg);
+  submit_many("s", 50);
+  run_for(1s);
+  CHECK(outcomes.empty());
+  caf::anon_send_exit(provider, caf::exit_reason::kill);
+  run(); // no time passes: nobody waits for a deadline
+  collect();
+  check_exactly_once(50);
+  CHECK(count(false, verification_state::exec, failure_cause::node_down) == 10);
+  CHECK(count(false, verification_state::queue, failure_cause::node_down) ==
+        40);
+  for (auto& out : outcomes)
+    CHECK(out.failure.kind == failure_kind::provider_unavailable);
+  // The ten sandboxes could not be stopped: counted, left to their TTL.
+  auto s = stats();
+  CHECK(s.sandboxes_created == 10);
+  CHECK(s.stop_failures == 10);
+  CHECK(s.in_flight == 0);
+  // Later submissions fail at once too, never hang.
+  submit(make_request("late"));
+  auto late = reply_now();
+  check_failure(late, failure_kind::provider_unavailable,
+                verification_state::queue, failure_cause::node_down);
+}
+
+TEST_CASE_METHOD(burst_fixture,
+                 "with a restart the queued submissions survive a provider "
+                 "death") {
+  supervisor_config cfg;
+  cfg.max_in_flight = 10;
+  start(hanging_execs(10), restarting(cfg));
+  submit_many("s", 50);
+  run_for(1s);
+  caf::anon_send_exit(provider, caf::exit_reason::kill);
+  run_until_replies(50, 10s);
+  check_exactly_once(50);
+  CHECK(count(false, verification_state::exec, failure_cause::node_down) == 10);
+  CHECK(count(true, {}, {}) == 40);
+  // Every sandbox, the ten of the dead provider too, was stopped once.
+  CHECK(ledger->creates() == 50);
+  CHECK(ledger->not_stopped_once().empty());
+  auto s = stats();
+  CHECK(s.provider_restarts == 1);
+  CHECK(s.sandboxes_stopped == 50);
+}
+
+TEST_CASE_METHOD(burst_fixture,
+                 "a burst of 1000 respects max_in_flight and the create cap") {
+  scripted_script script;
+  script.starting_polls = 3; // each sandbox stays in ready for 35 ms
+  script.steps[scripted_op::exec].assign(
+    1000, scripted_step{scripted_fault::delay, 20ms});
+  supervisor_config cfg;
+  cfg.max_in_flight = 200;
+  start(std::move(script), cfg);
+  submit_many("b", 1000);
+  run_until_replies(1000, 60s);
+  check_exactly_once(1000);
+  CHECK(count(true, {}, {}) == 1000);
+  auto s = stats();
+  CHECK(s.peak_in_flight <= 200);
+  CHECK(s.peak_creating == 16); // the default cap, reached and held
+  CHECK(ledger->peak_starting() <= 16);
+  CHECK(ledger->not_stopped_once().empty());
+}
+
+TEST_CASE_METHOD(burst_fixture,
+                 "max_in_flight bounds running verifications when creates "
+                 "are free") {
+  scripted_script script;
+  script.steps[scripted_op::exec].assign(
+    300, scripted_step{scripted_fault::delay, 10ms});
+  supervisor_config cfg;
+  cfg.max_in_flight = 25;
+  cfg.max_creating = 1000;
+  start(std::move(script), cfg);
+  submit_many("m", 300);
+  run_until_replies(300, 60s);
+  check_exactly_once(300);
+  CHECK(stats().peak_in_flight == 25);
+}
+
+TEST_CASE_METHOD(burst_fixture,
+                 "overload rejects the excess and loses nothing") {
+  supervisor_config cfg;
+  cfg.max_in_flight = 5;
+  cfg.max_queue = 20;
+  start(hanging_execs(0), cfg);
+  submit_many("o", 100);
+  run_until_replies(100, 10s);
+  check_exactly_once(100);
+  CHECK(count(false, verification_state::queue, failure_cause::overloaded) ==
+        75);
+  CHECK(count(true, {}, {}) == 25);
+  CHECK(stats().rejected_overloaded == 75);
+}
+
+TEST_CASE_METHOD(burst_fixture,
+                 "crashing verifications among healthy ones: one reply each") {
+  supervisor_config cfg;
+  cfg.max_in_flight = 8;
+  cfg.parser = [](const std::string& text, json& result, std::string&) {
+    result = json::parse(text);
+    if (result.value("reward", 0.0) > 0.5)
+      throw std::runtime_error("parser bug");
+    return true;
+  };
+  scripted_script script;
+  script.result_text = R"({"reward": 0.0})";
+  start(std::move(script), cfg);
+  submit_many("ok", 20);
+  run_until_replies(20, 1s);
+  check_exactly_once(20);
+  CHECK(count(true, {}, {}) == 20);
+  CHECK(stats().crashed == 0);
+}
