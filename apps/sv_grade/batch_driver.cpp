@@ -20,13 +20,13 @@ batch_entry lost_reply(std::string id, uint64_t line, const caf::error& err,
   if (err == caf::sec::request_timeout) {
     auto s = std::to_string(timeout.count() / 1000);
     entry.outcome =
-        make_failed_outcome(std::move(id), failure_kind::verifier_error,
-                            verification_state::queue, failure_cause::timeout,
-                            "the supervisor did not answer within " + s + " s");
+      make_failed_outcome(std::move(id), failure_kind::verifier_error,
+                          verification_state::queue, failure_cause::timeout,
+                          "the supervisor did not answer within " + s + " s");
   } else {
     entry.outcome = make_failed_outcome(
-        std::move(id), failure_kind::verifier_error, verification_state::queue,
-        failure_cause::crash, "the supervisor failed: " + describe(err));
+      std::move(id), failure_kind::verifier_error, verification_state::queue,
+      failure_cause::crash, "the supervisor failed: " + describe(err));
   }
   return entry;
 }
@@ -35,21 +35,21 @@ caf::behavior batch_driver(caf::event_based_actor* self,
                            supervisor_actor supervisor,
                            std::shared_ptr<output_writer> writer) {
   return {
-      [=](uint64_t line, verification_request& req) {
-        auto timeout = reply_timeout(req);
-        auto id = req.id;
-        self->request(supervisor, timeout, verify_atom::value, std::move(req))
-            .then(
-                [=](verification_outcome& outcome) {
-                  batch_entry entry;
-                  entry.line = line;
-                  entry.outcome = std::move(outcome);
-                  writer->push(std::move(entry));
-                },
-                [=](caf::error& err) mutable {
-                  writer->push(lost_reply(std::move(id), line, err, timeout));
-                });
-      },
+    [=](uint64_t line, verification_request& req) {
+      auto timeout = reply_timeout(req);
+      auto id = req.id;
+      self->request(supervisor, timeout, verify_atom::value, std::move(req))
+        .then(
+          [=](verification_outcome& outcome) {
+            batch_entry entry;
+            entry.line = line;
+            entry.outcome = std::move(outcome);
+            writer->push(std::move(entry));
+          },
+          [=](caf::error& err) mutable {
+            writer->push(lost_reply(std::move(id), line, err, timeout));
+          });
+    },
   };
 }
 

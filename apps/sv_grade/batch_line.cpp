@@ -22,9 +22,9 @@ parsed_line reject(uint64_t line_no, const json* doc, const std::string& what) {
   out.rejected.line = line_no;
   out.rejected.invalid = true;
   out.rejected.outcome = make_failed_outcome(
-      std::move(id), failure_kind::invalid_request,
-      verification_state::validate, failure_cause::invalid_request,
-      "line " + std::to_string(line_no) + ": " + what);
+    std::move(id), failure_kind::invalid_request, verification_state::validate,
+    failure_cause::invalid_request,
+    "line " + std::to_string(line_no) + ": " + what);
   return out;
 }
 

@@ -16,6 +16,7 @@
 #include <CLI/CLI.hpp>
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
+#include <caf/scoped_actor.hpp>
 #include <caf/send.hpp>
 #include <cerrno>
 #include <cstring>
@@ -23,6 +24,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
@@ -30,6 +32,7 @@
 #include <string>
 #include <thread>
 #include <unistd.h>
+#include <vector>
 
 namespace {
 
@@ -73,22 +76,24 @@ std::optional<int> parse_cli(int argc, char** argv, cli_options& opts) {
                "sv-grade"};
   app.footer(help_footer);
   app.add_option("--input", opts.input, "JSONL submissions: a file, or -")
-      ->required();
+    ->required();
   app.add_option("--output", opts.output, "JSONL outcomes: a file, or -")
-      ->required();
-  app.add_option("--concurrency", opts.concurrency,
-                 "verifications at once (default: 2 x hardware threads)")
-      ->check(CLI::Range(size_t{1}, size_t{1000000}));
+    ->required();
+  app
+    .add_option("--concurrency", opts.concurrency,
+                "verifications at once (default: 2 x hardware threads)")
+    ->check(CLI::Range(size_t{1}, size_t{1000000}));
   app.add_option("--provider-config", opts.provider_config,
                  "JSON provider block file (default: {\"local\": {}})");
   app.add_option("--work-dir", opts.work_dir,
                  "work_dir of lines that set none (sandbox-relative)");
-  app.add_option("--log-level", opts.log_level,
-                 "trace, debug, info (one line per verification), warn, "
-                 "error, critical or off")
-      ->capture_default_str()
-      ->check(CLI::IsMember(
-          {"trace", "debug", "info", "warn", "error", "critical", "off"}));
+  app
+    .add_option("--log-level", opts.log_level,
+                "trace, debug, info (one line per verification), warn, "
+                "error, critical or off")
+    ->capture_default_str()
+    ->check(CLI::IsMember(
+      {"trace", "debug", "info", "warn", "error", "critical", "off"}));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -142,6 +147,58 @@ provider_actor start_provider(caf::actor_system& sys,
   } catch (const std::exception& e) {
     throw usage_error(where + block.name + ": " + e.what());
   }
+}
+
+/// Every provider sv-grade started: the first and any replacement the
+/// supervisor built after one died, so that shutdown reaches them all.
+class provider_set {
+public:
+  /// Any thread (the supervisor's restart runs on a scheduler thread).
+  void add(const provider_actor& provider) {
+    std::lock_guard<std::mutex> guard{mtx_};
+    all_.push_back(caf::actor_cast<caf::actor>(provider));
+  }
+
+  void shut_down() {
+    std::lock_guard<std::mutex> guard{mtx_};
+    for (auto& hdl : all_)
+      caf::anon_send_exit(hdl, caf::exit_reason::user_shutdown);
+  }
+
+private:
+  std::mutex mtx_;
+  std::vector<caf::actor> all_;
+};
+
+supervisor_config make_supervisor_config(const cli_options& opts,
+                                         const provider_block& block,
+                                         std::shared_ptr<provider_set> set) {
+  supervisor_config cfg;
+  cfg.max_in_flight = opts.concurrency;
+  cfg.default_metadata = block.default_metadata;
+  // A provider that dies mid-batch fails what it had in flight; the rest of
+  // the batch goes on with a fresh one.
+  cfg.restart_provider = [block, set](caf::actor_system& sys) {
+    auto provider = spawn_provider(sys, block);
+    set->add(provider);
+    return provider;
+  };
+  return cfg;
+}
+
+/// Stops the actors in an order that lets nothing restart: the driver, the
+/// supervisor (awaited, so it cannot build another provider), the providers.
+void shut_down(caf::actor_system& sys, const caf::actor& driver,
+               const supervisor_actor& supervisor, provider_set& providers) {
+  caf::scoped_actor self{sys};
+  self->monitor(supervisor);
+  caf::anon_send_exit(driver, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(supervisor, caf::exit_reason::user_shutdown);
+  self->receive(
+    [](const caf::down_msg&) {},
+    caf::after(std::chrono::seconds{10}) >>
+      [] { spdlog::warn("the supervisor did not stop within 10 s"); });
+  providers.shut_down();
 }
 
 /// Lines in a file (a last line without newline counts), for the bar.
@@ -221,25 +278,23 @@ int run(const cli_options& opts) {
   register_protocol(cfg);
   caf::actor_system sys{cfg};
   auto provider = start_provider(sys, block, opts.provider_config);
-  supervisor_config scfg;
-  scfg.max_in_flight = opts.concurrency;
-  scfg.default_metadata = block.default_metadata;
-  auto supervisor = spawn_supervisor(sys, provider, scfg);
+  auto providers = std::make_shared<provider_set>();
+  providers->add(provider);
+  auto supervisor = spawn_supervisor(
+    sys, provider, make_supervisor_config(opts, block, providers));
   // Log lines would tear the bar apart: at info and below, the log is the
   // progress.
   bool bar = isatty(STDERR_FILENO) == 1 &&
              spdlog::default_logger()->level() > spdlog::level::info;
   progress_options progress{bar, io.total};
   auto writer =
-      std::make_shared<output_writer>(*io.out, opts.concurrency, progress);
+    std::make_shared<output_writer>(*io.out, opts.concurrency, progress);
   auto driver = spawn_batch_driver(sys, supervisor, writer);
   spdlog::info("grading on provider {} with concurrency {}", block.name,
                opts.concurrency);
   auto read_ok = feed(*io.in, *writer, driver, opts.work_dir);
   auto write_ok = writer->finish();
-  for (auto hdl : {driver, caf::actor_cast<caf::actor>(supervisor),
-                   caf::actor_cast<caf::actor>(provider)})
-    caf::anon_send_exit(hdl, caf::exit_reason::user_shutdown);
+  shut_down(sys, driver, supervisor, *providers);
   std::cerr << writer->summary().render(writer->elapsed_s()) << std::flush;
   if (!read_ok)
     spdlog::error("reading input {} failed", opts.input);

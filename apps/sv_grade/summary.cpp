@@ -44,10 +44,9 @@ std::string format_duration(double seconds) {
   auto s = static_cast<int64_t>(std::llround(std::max(seconds, 0.0)));
   char buf[64];
   if (s >= 3600)
-    std::snprintf(buf, sizeof(buf), "%lld:%02lld:%02lld",
-                  static_cast<long long>(s / 3600),
-                  static_cast<long long>(s / 60 % 60),
-                  static_cast<long long>(s % 60));
+    std::snprintf(
+      buf, sizeof(buf), "%lld:%02lld:%02lld", static_cast<long long>(s / 3600),
+      static_cast<long long>(s / 60 % 60), static_cast<long long>(s % 60));
   else
     std::snprintf(buf, sizeof(buf), "%lld:%02lld",
                   static_cast<long long>(s / 60),
@@ -67,7 +66,7 @@ void batch_summary::add(const batch_entry& entry) {
   if (out.ok) {
     ++ok_;
     auto i =
-        out.result.is_object() ? out.result.find("reward") : out.result.end();
+      out.result.is_object() ? out.result.find("reward") : out.result.end();
     if (i != out.result.end() && i->is_number()) {
       auto reward = i->get<double>();
       ++rewarded_;
@@ -137,8 +136,8 @@ std::string render_progress(uint64_t done, std::optional<uint64_t> total,
   auto frac = n > 0 ? std::min(1.0, static_cast<double>(done) / n) : 1.0;
   auto filled = static_cast<size_t>(frac * width);
   auto eta = rate > 0 && done < n
-                 ? format_duration(static_cast<double>(n - done) / rate)
-                 : std::string{done >= n ? "0:00" : "?"};
+               ? format_duration(static_cast<double>(n - done) / rate)
+               : std::string{done >= n ? "0:00" : "?"};
   return "[" + std::string(filled, '#') + std::string(width - filled, '-') +
          "] " + std::to_string(done) + "/" + std::to_string(n) + " " +
          fixed(frac * 100, 0) + "%  " + speed + "  ETA " + eta;

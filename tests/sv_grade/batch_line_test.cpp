@@ -108,11 +108,11 @@ TEST_CASE("validation failures name the field") {
 TEST_CASE("unknown keys and wrong types are named") {
   auto msg = message_of(std::string{good_line}.insert(1, R"("bogus": 1, )"));
   CHECK(msg.rfind("line 7: bogus: unknown key", 0) == 0);
-  msg = message_of(
-      std::string{good_line}.insert(1, R"("exec_timeout_s": "3", )"));
+  msg =
+    message_of(std::string{good_line}.insert(1, R"("exec_timeout_s": "3", )"));
   CHECK(msg == "line 7: exec_timeout_s: expected a number, got string");
   msg = message_of(
-      std::string{good_line}.insert(1, R"("config": {"python": 3}, )"));
+    std::string{good_line}.insert(1, R"("config": {"python": 3}, )"));
   CHECK(msg == "line 7: config.python: expected a string, got number");
 }
 
