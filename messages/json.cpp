@@ -113,7 +113,8 @@ void read(const json& v, T& out) {
 
 // -- reading objects ----------------------------------------------------------
 
-/// Throws unless `j` is an object whose keys all appear in `allowed`.
+} // namespace
+
 void check_object(const json& j, const char* type,
                   std::initializer_list<std::string_view> allowed) {
   if (!j.is_object())
@@ -135,6 +136,8 @@ void check_object(const json& j, const char* type,
     }
   }
 }
+
+namespace {
 
 /// Reads `j[key]` into `out` when present; prefixes errors with the key.
 template <class T>

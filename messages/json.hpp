@@ -4,10 +4,12 @@
 // strict: a wrong type or an unknown key throws `json_error`, whose message
 // names the field path and, for unknown keys, the keys allowed.
 
-#include "messages/protocol.hpp"
-
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
+#include <string_view>
+
+#include "messages/protocol.hpp"
 
 namespace sv {
 
@@ -26,6 +28,11 @@ private:
   std::string path_;
   std::string reason_;
 };
+
+/// Throws `json_error` unless `j` is an object whose keys all appear in
+/// `allowed`; the message names `type`, the unknown key and the keys allowed.
+void check_object(const json& j, const char* type,
+                  std::initializer_list<std::string_view> allowed);
 
 void to_json(json& j, const sandbox_resources& x);
 void from_json(const json& j, sandbox_resources& x);

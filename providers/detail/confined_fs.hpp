@@ -1,0 +1,58 @@
+#pragma once
+
+// File access confined to a sandbox directory. Every path is walked one
+// component at a time from the sandbox's directory descriptor with
+// O_NOFOLLOW, so neither `..` nor a symlink planted by a runner can lead
+// outside the sandbox. All functions block: call them on an I/O thread.
+
+#include "messages/errors.hpp"
+#include "providers/detail/unique_fd.hpp"
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace sv::detail {
+
+/// A failed confined file operation: the provider error to report and a
+/// message naming the path.
+class fs_error : public std::runtime_error {
+public:
+  fs_error(provider_errc code, const std::string& what);
+
+  /// The provider error code to report.
+  provider_errc code() const noexcept { return code_; }
+
+private:
+  provider_errc code_;
+};
+
+/// Opens the directory `rel` below `base` ("" is `base` itself). With
+/// `create`, missing directories are made on the way.
+unique_fd open_confined_dir(int base, std::string_view rel, bool create);
+
+/// Writes `content` as the file `rel` below `base`, making parent
+/// directories. The file is written under a fresh temporary name and renamed
+/// into place, so a symlink or hard link planted under `rel` is replaced,
+/// never written through.
+void write_confined_file(int base, std::string_view rel,
+                         std::string_view content);
+
+/// Reads the regular file `rel` below `base`; fails with `too_large` beyond
+/// `max_bytes`.
+std::string read_confined_file(int base, std::string_view rel,
+                               uint64_t max_bytes);
+
+/// Opens (creates) the regular file `rel` below `base` for appending and
+/// reading, making parent directories.
+unique_fd open_confined_log(int base, std::string_view rel);
+
+/// The last `n` bytes of the file behind `fd` (fewer when it is shorter).
+std::string read_tail(int fd, size_t n);
+
+/// Removes the tree at `path` without following symlinks. Returns an empty
+/// string on success, otherwise what failed.
+std::string remove_tree(const std::string& path);
+
+} // namespace sv::detail

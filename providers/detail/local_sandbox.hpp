@@ -1,0 +1,52 @@
+#pragma once
+
+// The I/O side of one local sandbox. A private header of the local provider:
+// it includes Asio, so only the provider's own sources include it.
+
+#include "messages/protocol.hpp"
+#include "providers/detail/unique_fd.hpp"
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+namespace sv::detail {
+
+using io_strand = boost::asio::strand<boost::asio::io_context::executor_type>;
+
+class running_exec;
+
+/// One sandbox: its directory and the commands running in it. Everything
+/// that changes is touched on `strand` only, so file operations, spawns,
+/// exits and the stop of one sandbox never race with each other.
+struct local_sandbox {
+  local_sandbox(io_strand s, std::string sandbox_id, std::string dir_path,
+                unique_fd dir_fd, env_map spec_env)
+      : id(std::move(sandbox_id)), path(std::move(dir_path)),
+        dir(std::move(dir_fd)), env(std::move(spec_env)), strand(s), ttl(s) {
+    // nop
+  }
+
+  /// The sandbox id, also the value of the SV_SANDBOX_ID marker.
+  const std::string id;
+  /// Absolute path of the sandbox directory (HOME of its commands).
+  const std::string path;
+  /// The sandbox directory, the base of every confined path walk.
+  unique_fd dir;
+  /// Environment from the sandbox spec, applied to every exec.
+  const env_map env;
+  /// Serializes everything that happens to this sandbox.
+  io_strand strand;
+  /// Fires at the sandbox's TTL, when the spec gives one.
+  boost::asio::steady_timer ttl;
+  /// Commands whose leader has not been reaped yet, by request id.
+  std::map<uint64_t, std::shared_ptr<running_exec>> execs;
+  /// Set once by stop: later calls find no sandbox.
+  bool stopped = false;
+};
+
+} // namespace sv::detail

@@ -1,0 +1,101 @@
+#include "providers/factory.hpp"
+
+#include "messages/json.hpp"
+#include "providers/local.hpp"
+
+#include <caf/actor_system.hpp>
+
+namespace sv {
+
+namespace {
+
+struct provider_entry {
+  const char* name;
+  provider_actor (*spawn)(caf::actor_system& sys, const json& settings);
+};
+
+// Adding a backend is one line here.
+const provider_entry known_providers[] = {
+    {"local",
+     [](caf::actor_system& sys, const json& settings) {
+       return spawn_local_provider(sys, parse_local_provider_config(settings));
+     }},
+};
+
+constexpr const char* metadata_key = "default_metadata";
+
+std::string known_names() {
+  std::string out;
+  for (auto& entry : known_providers) {
+    if (!out.empty())
+      out += ", ";
+    out += entry.name;
+  }
+  return out;
+}
+
+const provider_entry* find_provider(const std::string& name) {
+  for (auto& entry : known_providers)
+    if (name == entry.name)
+      return &entry;
+  return nullptr;
+}
+
+} // namespace
+
+std::vector<std::string> provider_names() {
+  std::vector<std::string> out;
+  for (auto& entry : known_providers)
+    out.emplace_back(entry.name);
+  return out;
+}
+
+provider_block parse_provider_block(const json& j) {
+  if (!j.is_object())
+    throw json_error("", std::string{"expected a provider block like "
+                                     "{\"local\": {...}}, got "} +
+                             j.type_name());
+  provider_block out;
+  for (auto& item : j.items()) {
+    if (item.key() == metadata_key) {
+      if (!item.value().is_object())
+        throw json_error(metadata_key, std::string{"expected an object, got "} +
+                                           item.value().type_name());
+      out.default_metadata = item.value();
+      continue;
+    }
+    if (!out.name.empty())
+      throw json_error("",
+                       "a provider block names exactly one provider, got \"" +
+                           out.name + "\" and \"" + item.key() +
+                           "\" (known providers: " + known_names() + ")");
+    out.name = item.key();
+    out.settings = item.value().is_null() ? json::object() : item.value();
+  }
+  if (out.name.empty())
+    throw json_error("", "no provider key in the provider block (known "
+                         "providers: " +
+                             known_names() + ")");
+  if (find_provider(out.name) == nullptr)
+    throw json_error(
+        out.name, "unknown provider (known providers: " + known_names() + ")");
+  return out;
+}
+
+provider_actor spawn_provider(caf::actor_system& sys,
+                              const provider_block& block) {
+  auto* entry = find_provider(block.name);
+  if (entry == nullptr)
+    throw json_error(block.name, "unknown provider (known providers: " +
+                                     known_names() + ")");
+  try {
+    return entry->spawn(sys, block.settings);
+  } catch (const json_error& e) {
+    // Name the setting by its full path in the block.
+    throw json_error(e.path().empty() ? block.name
+                                      : block.name + "." + e.path(),
+                     e.reason());
+  }
+}
+
+} // namespace sv

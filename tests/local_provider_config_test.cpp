@@ -1,0 +1,101 @@
+// The local provider's settings and the provider factory.
+
+#include "local_provider_fixture.hpp"
+#include "messages/json.hpp"
+#include "providers/factory.hpp"
+
+#include <caf/send.hpp>
+
+using namespace sv;
+using namespace sv::test;
+
+TEST_CASE("an unknown python fails at start with an actionable message") {
+  test_config cfg;
+  caf::actor_system sys{cfg};
+  temp_dir root;
+  local_provider_config c;
+  c.root = root.path;
+  c.python = "no-such-python-sv";
+  CHECK_THROWS_WITH(spawn_local_provider(sys, c),
+                    Catch::Contains("\"no-such-python-sv\" not found on PATH"));
+}
+
+TEST_CASE_METHOD(fixture, "execs in several sandboxes run side by side") {
+  std::vector<sandbox_handle> hs;
+  for (int i = 0; i < 6; ++i)
+    hs.push_back(create());
+  std::vector<std::string> out(hs.size());
+  using handle_t = decltype(self->request(provider, deadline, exec_atom::value,
+                                          hs[0], exec_request{}));
+  std::vector<handle_t> pending;
+  for (size_t i = 0; i < hs.size(); ++i)
+    pending.push_back(self->request(
+        provider, deadline, exec_atom::value, hs[i],
+        exec_request{
+            {"sh", "-c", "echo " + std::to_string(i)}, "", {}, 30, ""}));
+  for (size_t i = 0; i < hs.size(); ++i)
+    pending[i].receive([&](exec_result& r) { out[i] = r.stdout_text; },
+                       [&](caf::error& e) { out[i] = describe(e); });
+  for (size_t i = 0; i < hs.size(); ++i)
+    CHECK(out[i] == std::to_string(i) + "\n");
+}
+
+// -- configuration
+// --------------------------------------------------------------
+
+TEST_CASE("local provider settings are strict") {
+  auto cfg = parse_local_provider_config(json{{"root", "/x"},
+                                              {"python", "py"},
+                                              {"max_download_bytes", 5},
+                                              {"io_threads", 3}});
+  CHECK(cfg.root == "/x");
+  CHECK(cfg.python == "py");
+  CHECK(cfg.max_download_bytes == 5);
+  CHECK(cfg.io_threads == 3);
+  CHECK_THROWS_WITH(parse_local_provider_config(json{{"rooot", "/x"}}),
+                    "rooot: unknown key in local provider settings (allowed: "
+                    "root, python, max_download_bytes, io_threads)");
+  CHECK_THROWS_AS(parse_local_provider_config(json{{"io_threads", 0}}),
+                  json_error);
+  CHECK_THROWS_AS(parse_local_provider_config(json{{"python", ""}}),
+                  json_error);
+  CHECK_THROWS_AS(parse_local_provider_config(json::array()), json_error);
+}
+
+TEST_CASE("provider blocks name exactly one known provider") {
+  CHECK(provider_names() == std::vector<std::string>{"local"});
+  auto block = parse_provider_block(
+      json{{"local", {{"root", "/x"}}}, {"default_metadata", {{"a", 1}}}});
+  CHECK(block.name == "local");
+  CHECK(block.settings == json{{"root", "/x"}});
+  CHECK(block.default_metadata == json{{"a", 1}});
+  CHECK_THROWS_WITH(parse_provider_block(json{{"docker", json::object()}}),
+                    "docker: unknown provider (known providers: local)");
+  CHECK_THROWS_WITH(parse_provider_block(json{{"local", json::object()},
+                                              {"remote", json::object()}}),
+                    Catch::Contains("exactly one provider"));
+  CHECK_THROWS_WITH(parse_provider_block(json{{"local", json::object()},
+                                              {"default_metadata", 3}}),
+                    "default_metadata: expected an object, got number");
+  CHECK_THROWS_WITH(parse_provider_block(json::object()),
+                    Catch::Contains("no provider key"));
+}
+
+TEST_CASE("spawn_provider starts the local provider of a block") {
+  temp_dir root;
+  test_config cfg;
+  caf::actor_system sys{cfg};
+  caf::scoped_actor self{sys};
+  auto block = parse_provider_block(json{{"local", {{"root", root.path}}}});
+  auto provider = spawn_provider(sys, block);
+  bool created = false;
+  sandbox_spec spec;
+  self->request(provider, deadline, create_atom::value, spec)
+      .receive([&](sandbox_handle& h) { created = h.provider_name == "local"; },
+               [&](caf::error& e) { FAIL(describe(e)); });
+  CHECK(created);
+  caf::anon_send_exit(provider, caf::exit_reason::user_shutdown);
+  block.settings["bogus"] = 1;
+  CHECK_THROWS_WITH(spawn_provider(sys, block),
+                    Catch::StartsWith("local.bogus: unknown key"));
+}

@@ -1,0 +1,340 @@
+// Integration tests of the local provider with real processes and files.
+
+#include "local_provider_fixture.hpp"
+#include "providers/detail/process.hpp"
+
+#include <caf/send.hpp>
+#include <sys/stat.h>
+
+using namespace sv;
+using namespace sv::test;
+
+namespace {
+
+std::string digits(size_t n) {
+  std::string out;
+  for (size_t i = 0; i < n; ++i)
+    out += static_cast<char>('0' + (i * 7 + i / 10) % 10);
+  return out;
+}
+
+bool exists(const std::string& path) {
+  struct stat st;
+  return ::lstat(path.c_str(), &st) == 0;
+}
+
+} // namespace
+
+// -- files --------------------------------------------------------------------
+
+TEST_CASE_METHOD(fixture, "upload and download round trip in nested dirs") {
+  auto h = create();
+  CHECK(ask<sandbox_status>(status_atom::value, h).value ==
+        sandbox_status::running);
+  std::string binary{"a\0b\xff", 4};
+  auto up =
+      upload(h, "calls/c1", {{"a.txt", "hello"}, {"sub/deep/b.bin", binary}});
+  INFO(up.message());
+  REQUIRE(up.value);
+  CHECK(download(h, "calls/c1/a.txt").value == "hello");
+  CHECK(download(h, "calls/c1/sub/deep/b.bin").value == binary);
+  // Uploading again replaces the content.
+  REQUIRE(upload(h, "calls/c1", {{"a.txt", "bye"}}).value);
+  CHECK(download(h, "calls/c1/a.txt").value == "bye");
+  CHECK(read_text(dir_of(h) + "/calls/c1/a.txt") == "bye");
+}
+
+TEST_CASE_METHOD(fixture, "paths with .. or absolute paths are invalid") {
+  auto h = create();
+  auto invalid = code(provider_errc::invalid_path);
+  CHECK(upload(h, "../escape", {{"x", "1"}}).code() == invalid);
+  CHECK(upload(h, "/tmp", {{"x", "1"}}).code() == invalid);
+  CHECK(upload(h, "calls", {{"../../x", "1"}}).code() == invalid);
+  CHECK(upload(h, "", {{"/etc/x", "1"}}).code() == invalid);
+  CHECK(download(h, "/etc/passwd").code() == invalid);
+  CHECK(download(h, "a/../../etc/passwd").code() == invalid);
+  auto r = download(h, "../x");
+  CHECK(r.message().find("\"../x\" escapes the sandbox") != std::string::npos);
+  CHECK(!exists(root.path + "/escape"));
+}
+
+TEST_CASE_METHOD(fixture, "download errors name the path") {
+  auto h = create();
+  auto missing = download(h, "calls/result.json");
+  CHECK(missing.code() == code(provider_errc::not_found));
+  CHECK(missing.message() == "calls does not exist");
+  REQUIRE(upload(h, "calls", {{"x.txt", "1"}}).value);
+  auto absent = download(h, "calls/result.json");
+  CHECK(absent.code() == code(provider_errc::not_found));
+  CHECK(absent.message() == "calls/result.json does not exist");
+  auto dir = download(h, "calls");
+  CHECK(dir.code() == code(provider_errc::not_regular_file));
+  CHECK(dir.message() == "calls is a directory, not a regular file");
+}
+
+TEST_CASE_METHOD(fixture, "a planted symlink is never followed on download") {
+  auto h = create();
+  auto r = sh(h, "ln -s /etc/passwd result.json && mkfifo pipe");
+  REQUIRE(r.return_code == 0);
+  auto link = download(h, "result.json");
+  CHECK(link.code() == code(provider_errc::not_regular_file));
+  CHECK(link.message() == "result.json is a symlink, refusing to follow it");
+  auto fifo = download(h, "pipe");
+  CHECK(fifo.code() == code(provider_errc::not_regular_file));
+  CHECK(fifo.message() == "pipe is a fifo, not a regular file");
+}
+
+TEST_CASE("a file over the download cap is too large") {
+  fixture f{[](local_provider_config& c) { c.max_download_bytes = 10; }};
+  auto h = f.create();
+  REQUIRE(
+      f.upload(h, "", {{"ok.txt", "0123456789"}, {"big.txt", "0123456789A"}})
+          .value);
+  CHECK(f.download(h, "ok.txt").value == "0123456789");
+  auto big = f.download(h, "big.txt");
+  CHECK(big.code() == code(provider_errc::too_large));
+  CHECK(big.message() == "big.txt is 11 bytes, over the 10 byte download cap");
+}
+
+TEST_CASE_METHOD(fixture, "upload through planted symlinks stays inside") {
+  temp_dir outside;
+  auto h = create();
+  auto r = sh(h, "ln -s " + outside.path + " evil && ln -s " + outside.path +
+                     "/target.txt file.txt");
+  REQUIRE(r.return_code == 0);
+  auto through_dir = upload(h, "evil", {{"x.txt", "pwned"}});
+  CHECK(through_dir.code() == code(provider_errc::invalid_path));
+  CHECK(through_dir.message() == "evil is a symlink, refusing to follow it");
+  CHECK(upload(h, "", {{"evil/y.txt", "pwned"}}).code() ==
+        code(provider_errc::invalid_path));
+  // A symlink as the final name is replaced, not written through.
+  REQUIRE(upload(h, "", {{"file.txt", "mine"}}).value);
+  CHECK(download(h, "file.txt").value == "mine");
+  CHECK(!exists(outside.path + "/x.txt"));
+  CHECK(!exists(outside.path + "/y.txt"));
+  CHECK(!exists(outside.path + "/target.txt"));
+}
+
+TEST_CASE_METHOD(fixture, "exec refuses a cwd or log through a symlink") {
+  temp_dir outside;
+  auto h = create();
+  REQUIRE(sh(h, "ln -s " + outside.path + " out").return_code == 0);
+  auto cwd = exec(h, exec_request{{"true"}, "out", {}, 30, ""});
+  CHECK(cwd.code() == code(provider_errc::invalid_path));
+  CHECK(cwd.message() == "out is a symlink, refusing to follow it");
+  auto log = exec(h, exec_request{{"true"}, "", {}, 30, "out/runner.log"});
+  CHECK(log.code() == code(provider_errc::invalid_path));
+  REQUIRE(sh(h, "ln -s " + outside.path + "/x.log x.log").return_code == 0);
+  auto final_link = exec(h, exec_request{{"true"}, "", {}, 30, "x.log"});
+  CHECK(final_link.code() == code(provider_errc::invalid_path));
+  CHECK(final_link.message() ==
+        "log x.log is a symlink, refusing to follow it");
+  auto missing = exec(h, exec_request{{"true"}, "nowhere", {}, 30, ""});
+  CHECK(missing.code() == code(provider_errc::not_found));
+  CHECK(!exists(outside.path + "/runner.log"));
+  CHECK(!exists(outside.path + "/x.log"));
+}
+
+// -- exec ---------------------------------------------------------------------
+
+TEST_CASE_METHOD(fixture, "exec reports exit status and captured output") {
+  auto h = create();
+  auto ok = sh(h, "echo out; echo err >&2");
+  CHECK(ok.return_code == 0);
+  CHECK(ok.error_type == exec_error_type::none);
+  CHECK(ok.message == "exited with status 0");
+  CHECK(ok.stdout_text == "out\n");
+  CHECK(ok.stderr_text == "err\n");
+  auto three = sh(h, "exit 3");
+  CHECK(three.return_code == 3);
+  CHECK(three.error_type == exec_error_type::none);
+  CHECK(three.message == "exited with status 3");
+}
+
+TEST_CASE_METHOD(fixture, "exec with a log returns exactly its last bytes") {
+  auto h = create();
+  REQUIRE(upload(h, "calls/c1",
+                 {{"gen.py", "import sys\n"
+                             "sys.stdout.write(''.join(chr(48 + "
+                             "(i * 7 + i // 10) % 10) for i in "
+                             "range(5000)))\n"}})
+              .value);
+  auto r = exec(
+      h, exec_request{
+             {"python3", "gen.py"}, "calls/c1", {}, 30, "calls/c1/runner.log"});
+  REQUIRE(r.value);
+  auto expected = digits(5000);
+  CHECK(r.value->error_type == exec_error_type::none);
+  CHECK(r.value->stdout_text.empty());
+  CHECK(r.value->log_tail.size() == log_tail_bytes);
+  CHECK(r.value->log_tail == expected.substr(5000 - log_tail_bytes));
+  CHECK(download(h, "calls/c1/runner.log").value == expected);
+}
+
+TEST_CASE_METHOD(fixture, "exec killed by a signal is killed") {
+  auto h = create();
+  auto r = sh(h, "kill -9 $$");
+  CHECK(r.return_code == 128 + 9);
+  CHECK(r.error_type == exec_error_type::killed);
+  CHECK(r.message == "killed by signal 9 (SIGKILL)");
+}
+
+TEST_CASE_METHOD(fixture,
+                 "exec over its deadline is a timeout, group and all") {
+  auto h = create();
+  auto r = sh(h, "sleep 1000 & echo $! > child.pid; sleep 1000", 2);
+  CHECK(r.return_code == 128 + 9);
+  CHECK(r.error_type == exec_error_type::timeout);
+  CHECK(r.message == "killed at its 2 s deadline");
+  auto pid = download(h, "child.pid");
+  REQUIRE(pid.value);
+  CHECK(!process_alive(std::stoi(*pid.value)));
+  CHECK(processes_with_env_prefix("SV_SANDBOX_ID=" + h.sandbox_id).empty());
+}
+
+TEST_CASE_METHOD(fixture, "a program that cannot run is a sandbox failure") {
+  auto h = create();
+  auto missing = exec(h, exec_request{{"no-such-program-sv"}, "", {}, 30, ""});
+  REQUIRE(missing.value);
+  CHECK(missing.value->error_type == exec_error_type::sandbox);
+  CHECK(missing.value->message ==
+        "program \"no-such-program-sv\" not found on PATH "
+        "/usr/local/bin:/usr/bin:/bin");
+  auto absent = exec(h, exec_request{{"/no/such/python"}, "", {}, 30, ""});
+  REQUIRE(absent.value);
+  CHECK(absent.value->error_type == exec_error_type::sandbox);
+  CHECK(absent.value->message ==
+        "cannot run /no/such/python: No such file or directory");
+}
+
+TEST_CASE("exec sees the request's env, never the service's") {
+  ::setenv("SV_TEST_SECRET", "hunter2", 1);
+  fixture f;
+  auto h = f.create();
+  auto r = f.exec(h, exec_request{{"sh", "-c",
+                                   "echo \"$FOO|${SV_TEST_SECRET-unset}|$HOME|"
+                                   "$PATH|$SV_SANDBOX_ID\""},
+                                  "",
+                                  {{"FOO", "bar"}, {"SV_SANDBOX_ID", "forged"}},
+                                  30,
+                                  ""});
+  ::unsetenv("SV_TEST_SECRET");
+  REQUIRE(r.value);
+  CHECK(r.value->stdout_text == "bar|unset|" + f.dir_of(h) +
+                                    "|/usr/local/bin:/usr/bin:/bin|" +
+                                    h.sandbox_id + "\n");
+}
+
+TEST_CASE("python argv[0] runs the interpreter resolved at start") {
+  auto resolved = detail::resolve_python("python3");
+  fixture f;
+  auto h = f.create();
+  for (auto name : {"python3", "python"}) {
+    auto r = f.exec(
+        h,
+        exec_request{
+            {name, "-c", "import sys; print(sys.executable)"}, "", {}, 30, ""});
+    REQUIRE(r.value);
+    CHECK(r.value->stdout_text == resolved + "\n");
+  }
+  fixture g{[](local_provider_config& c) { c.python = "/usr/bin/python3"; }};
+  auto h2 = g.create();
+  auto r = g.exec(h2, exec_request{{"/usr/bin/python3", "-c",
+                                    "import sys; print(sys.executable)"},
+                                   "",
+                                   {},
+                                   30,
+                                   ""});
+  REQUIRE(r.value);
+  CHECK(r.value->stdout_text == "/usr/bin/python3\n");
+}
+
+// -- stop ---------------------------------------------------------------------
+
+TEST_CASE_METHOD(fixture, "stop kills a setsid daemon and removes the dir") {
+  auto h = create();
+  auto r = sh(h, "setsid sh -c 'echo $$ > d.tmp && mv d.tmp daemon.pid; "
+                 "exec sleep 1000' </dev/null >/dev/null 2>&1 & "
+                 "while [ ! -e daemon.pid ]; do sleep 0.01; done");
+  REQUIRE(r.return_code == 0);
+  auto pid_text = download(h, "daemon.pid");
+  REQUIRE(pid_text.value);
+  auto pid = std::stoi(*pid_text.value);
+  REQUIRE(process_alive(pid));
+  REQUIRE(stop(h).value);
+  CHECK(!process_alive(pid));
+  CHECK(!exists(dir_of(h)));
+  CHECK(processes_with_env_prefix("SV_SANDBOX_ID=" + h.sandbox_id).empty());
+}
+
+TEST_CASE_METHOD(fixture, "after stop every call finds no sandbox") {
+  auto h = create();
+  REQUIRE(stop(h).value);
+  auto none = code(provider_errc::no_such_sandbox);
+  CHECK(stop(h).code() == none);
+  CHECK(ask<sandbox_status>(status_atom::value, h).code() == none);
+  CHECK(upload(h, "", {{"x", "1"}}).code() == none);
+  CHECK(download(h, "x").code() == none);
+  CHECK(exec(h, exec_request{{"true"}, "", {}, 30, ""}).code() == none);
+  sandbox_handle unknown{"sb-unknown", "local", ""};
+  CHECK(ask<sandbox_status>(status_atom::value, unknown).code() == none);
+}
+
+TEST_CASE_METHOD(fixture, "an exec in flight on a stopped sandbox is killed") {
+  auto h = create();
+  std::optional<exec_result> result;
+  auto pending = self->request(provider, deadline, exec_atom::value, h,
+                               exec_request{{"sleep", "1000"}, "", {}, 60, ""});
+  REQUIRE(stop(h).value);
+  pending.receive([&](exec_result& x) { result = std::move(x); },
+                  [&](caf::error& e) { FAIL(describe(e)); });
+  REQUIRE(result);
+  CHECK(result->error_type == exec_error_type::killed);
+  CHECK(result->return_code == 128 + 9);
+  CHECK(result->message ==
+        "killed by signal 9 (SIGKILL) when its sandbox was stopped");
+}
+
+TEST_CASE_METHOD(fixture, "a sandbox past its TTL is stopped") {
+  sandbox_spec spec;
+  spec.ttl_s = 1;
+  auto created = ask<sandbox_handle>(create_atom::value, spec);
+  REQUIRE(created.value);
+  auto h = *created.value;
+  // Either the TTL kills the exec, or it fired before the exec arrived.
+  auto r = exec(h, exec_request{{"sleep", "1000"}, "", {}, 30, ""});
+  if (r.value) {
+    CHECK(r.value->error_type == exec_error_type::killed);
+    CHECK(r.value->message ==
+          "killed by signal 9 (SIGKILL) when its sandbox was stopped");
+    // The result follows the stop on the sandbox's strand.
+    CHECK(!exists(dir_of(h)));
+  } else {
+    CHECK(r.code() == code(provider_errc::no_such_sandbox));
+  }
+  CHECK(ask<sandbox_status>(status_atom::value, h).code() ==
+        code(provider_errc::no_such_sandbox));
+}
+
+TEST_CASE_METHOD(fixture, "provider shutdown kills and removes everything") {
+  auto a = create();
+  auto b = create();
+  auto r = sh(a, "setsid sh -c 'echo $$ > d.tmp && mv d.tmp daemon.pid; "
+                 "exec sleep 1000' </dev/null >/dev/null 2>&1 & "
+                 "while [ ! -e daemon.pid ]; do sleep 0.01; done");
+  REQUIRE(r.return_code == 0);
+  auto pid = std::stoi(*download(a, "daemon.pid").value);
+  auto pending = self->request(provider, deadline, exec_atom::value, b,
+                               exec_request{{"sleep", "1000"}, "", {}, 60, ""});
+  // The exec is on its way once an upload behind it on the same sandbox
+  // has been answered.
+  REQUIRE(upload(b, "", {{"x", "1"}}).value);
+  shutdown_provider();
+  caf::error err;
+  pending.receive([](exec_result&) {}, [&](caf::error& e) { err = e; });
+  CHECK(provider_error_code(err) == code(provider_errc::unavailable));
+  CHECK(!process_alive(pid));
+  CHECK(!exists(dir_of(a)));
+  CHECK(!exists(dir_of(b)));
+  CHECK(processes_with_env_prefix(own_marker_prefix()).empty());
+}
