@@ -142,8 +142,7 @@ provider_actor start_provider(caf::actor_system& sys,
   try {
     return spawn_provider(sys, block);
   } catch (const json_error& e) {
-    auto field = block.name + (e.path().empty() ? "" : "." + e.path());
-    throw usage_error(where + field + ": " + e.reason());
+    throw usage_error(where + e.what()); // the path starts at the block
   } catch (const std::exception& e) {
     throw usage_error(where + block.name + ": " + e.what());
   }

@@ -40,7 +40,7 @@ TEST_CASE("a trailing carriage return is ignored") {
   CHECK(parse_batch_line(std::string{good_line} + "\r", 1).ok);
 }
 
-TEST_CASE("--work-dir applies only to lines that set none") {
+TEST_CASE("the default work_dir applies only to lines that set none") {
   auto parsed = parse_batch_line(good_line, 1, "mine");
   REQUIRE(parsed.ok);
   CHECK(parsed.request.work_dir == "mine");
