@@ -1,20 +1,32 @@
 #!/usr/bin/env bash
-# Installs the Debian packages sandbox-verification needs and builds it.
+# Installs the Debian 12 packages sandbox-verification needs and builds it.
+# Runs as root, or as a user with sudo.
 # Usage: scripts/setup.sh [BUILD_DIR]   (default: build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir=${1:-build}
 
 packages=(
-  build-essential cmake
-  libcaf-dev nlohmann-json3-dev libboost1.81-dev libspdlog-dev catch2 libcli11-dev
-  python3 bubblewrap
+  build-essential cmake          # g++ 12, make, cmake 3.25 (ctest)
+  libcaf-dev                     # CAF 0.17.6: core, io
+  nlohmann-json3-dev libboost1.81-dev libspdlog-dev libcli11-dev
+  catch2                         # Catch2 2.13 (tests)
+  python3                        # runners, job generator, end-to-end tests
+  bubblewrap                     # optional isolation of the local provider
 )
+
 sudo_cmd=()
-if [ "$(id -u)" -ne 0 ]; then sudo_cmd=(sudo); fi
-export DEBIAN_FRONTEND=noninteractive
-"${sudo_cmd[@]}" apt-get update -q
-"${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${packages[@]}"
+if [ "$(id -u)" -ne 0 ]; then
+  if ! command -v sudo > /dev/null; then
+    echo "setup.sh: run as root, or install sudo" >&2
+    exit 1
+  fi
+  sudo_cmd=(sudo)
+fi
+# `env` rather than export: sudo resets the environment.
+apt=("${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get)
+"${apt[@]}" update -q
+"${apt[@]}" install -y -q --no-install-recommends "${packages[@]}"
 
 cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release
 cmake --build "$build_dir" -j "$(nproc)"

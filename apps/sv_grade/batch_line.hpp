@@ -1,0 +1,58 @@
+#pragma once
+
+// The batch format of sv-grade (DESIGN.md): one input line becomes either a
+// request to grade or, when it cannot be graded, an `invalid_request`
+// outcome; every outcome becomes exactly one output line. Pure functions, so
+// the contract is unit-testable without actors.
+
+#include "messages/protocol.hpp"
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace sv::grade {
+
+/// One output line before rendering.
+struct batch_entry {
+  verification_outcome outcome;
+  /// The input line number (1-based).
+  uint64_t line = 0;
+  /// An invalid line's output carries `"line": N`.
+  bool invalid = false;
+  /// False when an invalid line's id could not be read: `"id": null`.
+  bool id_known = true;
+};
+
+/// An input line, read: `request` when `ok`, else `rejected`.
+struct parsed_line {
+  bool ok = false;
+  verification_request request;
+  batch_entry rejected;
+};
+
+/// nlohmann's message without its "[json.exception.parse_error.101] ".
+std::string parse_reason(const json::exception& e);
+
+/// Reads input line `line_no` (without its newline). `default_work_dir`,
+/// when not empty, is the `work_dir` of a line that sets none.
+parsed_line parse_batch_line(std::string_view text, uint64_t line_no,
+                             const std::string& default_work_dir = {});
+
+/// The output line (one JSON object, no newline) of an entry.
+std::string render_output_line(const batch_entry& entry);
+
+/// A failed outcome that masks the sample.
+verification_outcome make_failed_outcome(std::string id, failure_kind kind,
+                                         verification_state state,
+                                         failure_cause cause,
+                                         std::string message);
+
+/// How long to wait for the supervisor's reply to `req`: the sum of its
+/// state deadlines plus `margin`, so that a lost reply still ends the line.
+std::chrono::milliseconds
+reply_timeout(const verification_request& req,
+              std::chrono::seconds margin = std::chrono::seconds{60});
+
+} // namespace sv::grade

@@ -1,0 +1,146 @@
+#include "apps/sv_grade/summary.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace sv::grade {
+
+namespace {
+
+std::string fixed(double x, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", digits, x);
+  return buf;
+}
+
+std::string percentiles_line(const char* label, std::vector<double> xs) {
+  std::string out = std::string{"  "} + label;
+  if (xs.empty())
+    return out + "n/a\n";
+  for (double p : {50.0, 95.0, 99.0})
+    out += "p" + fixed(p, 0) + " " + fixed(percentile(xs, p), 1) + "  ";
+  out.resize(out.size() - 2);
+  return out + "\n";
+}
+
+std::string counts_line(const std::map<std::string, uint64_t>& counts) {
+  std::string out;
+  for (auto& [name, n] : counts)
+    out += (out.empty() ? "" : ", ") + name + " " + std::to_string(n);
+  return out;
+}
+
+} // namespace
+
+double percentile(const std::vector<double>& sorted, double p) {
+  if (sorted.empty())
+    return 0;
+  auto rank = static_cast<size_t>(std::ceil(p / 100.0 * sorted.size()));
+  return sorted[std::clamp<size_t>(rank, 1, sorted.size()) - 1];
+}
+
+std::string format_duration(double seconds) {
+  auto s = static_cast<int64_t>(std::llround(std::max(seconds, 0.0)));
+  char buf[64];
+  if (s >= 3600)
+    std::snprintf(
+      buf, sizeof(buf), "%lld:%02lld:%02lld", static_cast<long long>(s / 3600),
+      static_cast<long long>(s / 60 % 60), static_cast<long long>(s % 60));
+  else
+    std::snprintf(buf, sizeof(buf), "%lld:%02lld",
+                  static_cast<long long>(s / 60),
+                  static_cast<long long>(s % 60));
+  return buf;
+}
+
+void batch_summary::add(const batch_entry& entry) {
+  auto& out = entry.outcome;
+  ++lines_;
+  if (!entry.invalid) {
+    ++graded_;
+    total_ms_.push_back(out.timings.total);
+    if (out.timings.exec >= 0)
+      overhead_ms_.push_back(out.timings.total - out.timings.exec);
+  }
+  if (out.ok) {
+    ++ok_;
+    auto i =
+      out.result.is_object() ? out.result.find("reward") : out.result.end();
+    if (i != out.result.end() && i->is_number()) {
+      auto reward = i->get<double>();
+      ++rewarded_;
+      reward_sum_ += reward;
+      full_rewards_ += reward == 1.0 ? 1 : 0;
+    }
+    return;
+  }
+  auto& f = out.failure;
+  auto kind = std::string{to_string(f.kind)};
+  ++by_kind_[kind];
+  ++by_cause_[kind + "/" + std::string{to_string(f.state)} + "/" +
+              std::string{to_string(f.cause)}];
+}
+
+std::optional<double> batch_summary::mean_reward() const {
+  if (rewarded_ == 0)
+    return std::nullopt;
+  return reward_sum_ / static_cast<double>(rewarded_);
+}
+
+std::vector<double> batch_summary::total_ms() const {
+  auto xs = total_ms_;
+  std::sort(xs.begin(), xs.end());
+  return xs;
+}
+
+std::vector<double> batch_summary::overhead_ms() const {
+  auto xs = overhead_ms_;
+  std::sort(xs.begin(), xs.end());
+  return xs;
+}
+
+std::string batch_summary::render(double wall_s) const {
+  std::string out = "sv-grade summary\n";
+  out += "  lines        " + std::to_string(lines_) + " (ok " +
+         std::to_string(ok_) + ", failed " + std::to_string(failed()) + ")\n";
+  out += "  reward       ";
+  if (auto mean = mean_reward())
+    out += "mean " + fixed(*mean, 4) + " over " + std::to_string(rewarded_) +
+           " results; reward 1.0: " + std::to_string(full_rewards_) + "/" +
+           std::to_string(lines_) + " lines\n";
+  else
+    out += "n/a (no ok result has a numeric reward)\n";
+  out += percentiles_line("total ms     ", total_ms());
+  out += percentiles_line("overhead ms  ", overhead_ms());
+  auto rate = wall_s > 0 ? static_cast<double>(graded_) / wall_s : 0.0;
+  out += "  throughput   " + fixed(rate, 1) + " verifications/s, wall " +
+         fixed(wall_s, 2) + " s\n";
+  if (!by_kind_.empty()) {
+    out += "  failures     " + counts_line(by_kind_) + "\n";
+    for (auto& [name, n] : by_cause_)
+      out += "               " + name + " " + std::to_string(n) + "\n";
+  }
+  return out;
+}
+
+std::string render_progress(uint64_t done, std::optional<uint64_t> total,
+                            double elapsed_s) {
+  auto rate = elapsed_s > 0 ? static_cast<double>(done) / elapsed_s : 0.0;
+  auto speed = fixed(rate, 1) + "/s";
+  if (!total)
+    return std::to_string(done) + " done  " + speed + "  " +
+           format_duration(elapsed_s);
+  constexpr size_t width = 30;
+  auto n = *total;
+  auto frac = n > 0 ? std::min(1.0, static_cast<double>(done) / n) : 1.0;
+  auto filled = static_cast<size_t>(frac * width);
+  auto eta = rate > 0 && done < n
+               ? format_duration(static_cast<double>(n - done) / rate)
+               : std::string{done >= n ? "0:00" : "?"};
+  return "[" + std::string(filled, '#') + std::string(width - filled, '-') +
+         "] " + std::to_string(done) + "/" + std::to_string(n) + " " +
+         fixed(frac * 100, 0) + "%  " + speed + "  ETA " + eta;
+}
+
+} // namespace sv::grade

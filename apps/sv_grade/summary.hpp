@@ -1,0 +1,83 @@
+#pragma once
+
+// What sv-grade prints when a batch ends: outcomes, rewards, latency
+// percentiles, throughput. Fed one entry at a time by the writer thread.
+
+#include "apps/sv_grade/batch_line.hpp"
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace sv::grade {
+
+/// Nearest-rank percentile of `sorted` (ascending), `p` in [0, 100]: the
+/// smallest value with at least p% of the values at or below it. 0 when empty.
+double percentile(const std::vector<double>& sorted, double p);
+
+/// "1:05" or "2:03:04".
+std::string format_duration(double seconds);
+
+class batch_summary {
+public:
+  /// Counts one output line.
+  void add(const batch_entry& entry);
+
+  /// Output lines so far.
+  uint64_t lines() const noexcept { return lines_; }
+
+  /// Lines that reached the supervisor (not invalid_request).
+  uint64_t graded() const noexcept { return graded_; }
+
+  /// Lines with `ok: true`.
+  uint64_t ok() const noexcept { return ok_; }
+
+  /// Lines with `ok: false`.
+  uint64_t failed() const noexcept { return lines_ - ok_; }
+
+  /// Mean `result.reward` over ok lines with a numeric reward.
+  std::optional<double> mean_reward() const;
+
+  /// Ok lines whose reward is exactly 1.0.
+  uint64_t full_rewards() const noexcept { return full_rewards_; }
+
+  /// Failures by failure_kind.
+  const std::map<std::string, uint64_t>& by_kind() const noexcept {
+    return by_kind_;
+  }
+
+  /// Failures by "kind/state/cause".
+  const std::map<std::string, uint64_t>& by_cause() const noexcept {
+    return by_cause_;
+  }
+
+  /// Total time of each graded line, ms, ascending.
+  std::vector<double> total_ms() const;
+
+  /// Total minus exec time of each graded line that ran exec, ascending.
+  std::vector<double> overhead_ms() const;
+
+  /// The multi-line report, given the batch's wall time.
+  std::string render(double wall_s) const;
+
+private:
+  uint64_t lines_ = 0;
+  uint64_t graded_ = 0;
+  uint64_t ok_ = 0;
+  uint64_t rewarded_ = 0;
+  uint64_t full_rewards_ = 0;
+  double reward_sum_ = 0;
+  std::map<std::string, uint64_t> by_kind_;
+  std::map<std::string, uint64_t> by_cause_;
+  std::vector<double> total_ms_;
+  std::vector<double> overhead_ms_;
+};
+
+/// One progress line: "[####----] 82/164 50% 31.2/s ETA 0:03" when `total`
+/// is known, else "82 done 31.2/s 0:05".
+std::string render_progress(uint64_t done, std::optional<uint64_t> total,
+                            double elapsed_s);
+
+} // namespace sv::grade

@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""sv-grade end to end on a batch that mixes bad lines with good ones: one
+output line per input line, each bad one naming its line and field, the good
+ones graded, exit status 0."""
+
+import json
+import sys
+
+from e2e_common import Env, OUTPUT_KEYS, check, parse_output
+
+
+def bad_lines(good):
+    """(line text, id expected in the output, text the message must have)."""
+    job = json.loads(good)
+    runner = job["files"]["sandbox_runner.py"]
+
+    def variant(**changes):
+        j = dict(job, id="bad-" + changes.pop("tag"))
+        for key, value in changes.items():
+            if value is None:
+                j.pop(key)
+            else:
+                j[key] = value
+        return json.dumps(j)
+
+    return [
+        ("this is not json", None, "not valid JSON"),
+        (variant(tag="noid", id=None), None, "id: missing required field"),
+        (variant(tag="nofiles", files=None), "bad-nofiles",
+         "files: missing required field"),
+        (variant(tag="norunner", files={"harness.py": runner}),
+         "bad-norunner", "files: missing sandbox_runner.py"),
+        (variant(tag="dotdot", files={"sandbox_runner.py": runner,
+                                      "../x": "boo"}),
+         "bad-dotdot", 'files: path "../x" escapes the sandbox'),
+        (variant(tag="unknown", surprise=1), "bad-unknown",
+         "surprise: unknown key"),
+        (variant(tag="type", exec_timeout_s="thirty"), "bad-type",
+         "exec_timeout_s: expected a number, got string"),
+    ]
+
+
+def main():
+    env = Env(sys.argv)
+    good = env.jobs("--variant", "canonical", "--limit", "3")
+    bad = bad_lines(good[0])
+    # Interleave: good, bad, bad, good, bad, ...
+    lines, expect_bad = [], {}
+    for i, (text, id_, needle) in enumerate(bad):
+        if i % 3 == 0 and good:
+            lines.append(good.pop(0))
+        lines.append(text)
+        expect_bad[len(lines)] = (id_, needle)
+    lines += good
+    with open(env.path("in.jsonl"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    proc = env.grade(["--input", env.path("in.jsonl"),
+                      "--output", env.path("out.jsonl")])
+    check(proc.returncode == 0, f"exit status {proc.returncode}", proc)
+    check(proc.stdout == "", "stdout must stay empty with --output FILE")
+    with open(env.path("out.jsonl")) as f:
+        outputs = parse_output(f.read())
+    check(len(outputs) == len(lines), f"{len(outputs)} lines out of "
+          f"{len(lines)}", proc)
+    graded = [o for o in outputs if "line" not in o]
+    rejected = {o["line"]: o for o in outputs if "line" in o}
+    check(sorted(rejected) == sorted(expect_bad),
+          f"rejected lines {sorted(rejected)}", proc)
+    for n, (id_, needle) in expect_bad.items():
+        out = rejected[n]
+        f = out["failure"]
+        check(set(out) == OUTPUT_KEYS | {"line"}, f"line {n}: keys")
+        check(out["id"] == id_, f"line {n}: id {out['id']!r}")
+        check(out["ok"] is False and out["mask_sample"] is True
+              and out["result"] is None, f"line {n}: verdict")
+        check((f["failure_kind"], f["state"], f["cause"])
+              == ("invalid_request", "validate", "invalid_request"),
+              f"line {n}: failure {f}")
+        check(f["message"].startswith(f"line {n}: ") and needle in
+              f["message"], f"line {n}: message {f['message']!r}")
+    check(len(graded) == 3, f"{len(graded)} graded lines", proc)
+    for out in graded:
+        check(out["ok"] and out["result"]["reward"] == 1.0,
+              f"{out['id']}: {out}", proc)
+    print(f"ok: {len(rejected)} rejected, {len(graded)} graded")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,135 @@
+// sv-grade's summary, percentiles, progress line and output writer.
+
+#include "apps/sv_grade/output_writer.hpp"
+#include "apps/sv_grade/summary.hpp"
+#include "messages/json.hpp"
+
+#include <catch2/catch.hpp>
+#include <sstream>
+
+using namespace sv;
+using namespace sv::grade;
+
+namespace {
+
+batch_entry ok_entry(json result, double total, double exec) {
+  batch_entry e;
+  e.outcome.id = "ok";
+  e.outcome.ok = true;
+  e.outcome.result = std::move(result);
+  e.outcome.timings.total = total;
+  e.outcome.timings.exec = exec;
+  return e;
+}
+
+batch_entry failed_entry(failure_cause cause, double total) {
+  batch_entry e;
+  e.outcome = make_failed_outcome("f", failure_kind::verifier_error,
+                                  verification_state::exec, cause, "m");
+  e.outcome.timings.total = total;
+  return e;
+}
+
+batch_entry invalid_entry(uint64_t line) {
+  auto parsed = parse_batch_line("nope", line);
+  return parsed.rejected;
+}
+
+} // namespace
+
+TEST_CASE("percentile is nearest-rank") {
+  CHECK(percentile({}, 50) == 0);
+  CHECK(percentile({7}, 99) == 7);
+  std::vector<double> xs{1, 2, 3, 4};
+  CHECK(percentile(xs, 0) == 1);
+  CHECK(percentile(xs, 25) == 1);
+  CHECK(percentile(xs, 50) == 2);
+  CHECK(percentile(xs, 51) == 3);
+  CHECK(percentile(xs, 100) == 4);
+  std::vector<double> hundred;
+  for (int i = 1; i <= 100; ++i)
+    hundred.push_back(i);
+  CHECK(percentile(hundred, 95) == 95);
+  CHECK(percentile(hundred, 99) == 99);
+}
+
+TEST_CASE("durations read as m:ss or h:mm:ss") {
+  CHECK(format_duration(0) == "0:00");
+  CHECK(format_duration(65.4) == "1:05");
+  CHECK(format_duration(7384) == "2:03:04");
+  CHECK(format_duration(-3) == "0:00");
+}
+
+TEST_CASE("the summary counts outcomes, rewards and latencies") {
+  batch_summary s;
+  s.add(ok_entry({{"reward", 1.0}}, 10, 8));
+  s.add(ok_entry({{"reward", 0.0}}, 20, 15));
+  s.add(ok_entry({{"passed", true}}, 30, 20)); // no reward: not averaged
+  s.add(failed_entry(failure_cause::timeout, 40));
+  s.add(invalid_entry(5));
+  CHECK(s.lines() == 5);
+  CHECK(s.graded() == 4);
+  CHECK(s.ok() == 3);
+  CHECK(s.failed() == 2);
+  REQUIRE(s.mean_reward());
+  CHECK(*s.mean_reward() == Approx(0.5));
+  CHECK(s.full_rewards() == 1);
+  CHECK(s.by_kind() == std::map<std::string, uint64_t>{{"invalid_request", 1},
+                                                       {"verifier_error", 1}});
+  CHECK(s.by_cause().at("verifier_error/exec/timeout") == 1);
+  CHECK(s.by_cause().at("invalid_request/validate/invalid_request") == 1);
+  CHECK(s.total_ms() == std::vector<double>{10, 20, 30, 40});
+  // The failure never entered exec (-1): no overhead for it.
+  CHECK(s.overhead_ms() == std::vector<double>{2, 5, 10});
+  auto text = s.render(2.0);
+  CHECK(text.find("lines        5 (ok 3, failed 2)") != std::string::npos);
+  CHECK(text.find("reward 1.0: 1/5 lines") != std::string::npos);
+  CHECK(text.find("total ms     p50 20.0  p95 40.0  p99 40.0") !=
+        std::string::npos);
+  CHECK(text.find("2.0 verifications/s") != std::string::npos);
+  CHECK(text.find("verifier_error/exec/timeout 1") != std::string::npos);
+}
+
+TEST_CASE("a summary without rewards says so") {
+  batch_summary s;
+  CHECK_FALSE(s.mean_reward());
+  auto text = s.render(0);
+  CHECK(text.find("n/a (no ok result has a numeric reward)") !=
+        std::string::npos);
+  CHECK(text.find("total ms     n/a") != std::string::npos);
+}
+
+TEST_CASE("the progress line shows done, total, rate and ETA") {
+  CHECK(render_progress(50, 100, 10) ==
+        "[###############---------------] 50/100 50%  5.0/s  ETA 0:10");
+  CHECK(render_progress(100, 100, 10).find("ETA 0:00") != std::string::npos);
+  CHECK(render_progress(0, 100, 0).find("ETA ?") != std::string::npos);
+  CHECK(render_progress(12, std::nullopt, 4) == "12 done  3.0/s  0:04");
+}
+
+TEST_CASE("the writer writes one flushed line per entry") {
+  std::ostringstream out;
+  output_writer writer{out, 2, {}};
+  for (uint64_t i = 1; i <= 5; ++i) {
+    writer.acquire();
+    writer.push(invalid_entry(i));
+  }
+  REQUIRE(writer.finish());
+  std::istringstream lines{out.str()};
+  std::string line;
+  uint64_t n = 0;
+  while (std::getline(lines, line))
+    CHECK(json::parse(line)["line"] == ++n);
+  CHECK(n == 5);
+  CHECK(writer.summary().lines() == 5);
+}
+
+TEST_CASE("the writer reports a failed output") {
+  std::ostringstream out;
+  out.setstate(std::ios::badbit);
+  output_writer writer{out, 1, {}};
+  writer.acquire();
+  writer.push(invalid_entry(1));
+  CHECK_FALSE(writer.finish());
+  CHECK(writer.summary().lines() == 1);
+}
