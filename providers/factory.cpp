@@ -2,6 +2,7 @@
 
 #include "messages/json.hpp"
 #include "providers/local.hpp"
+#include "providers/scripted.hpp"
 
 #include <caf/actor_system.hpp>
 
@@ -16,10 +17,15 @@ struct provider_entry {
 
 // Adding a backend is one line here.
 const provider_entry known_providers[] = {
-    {"local",
-     [](caf::actor_system& sys, const json& settings) {
-       return spawn_local_provider(sys, parse_local_provider_config(settings));
-     }},
+  {"local",
+   [](caf::actor_system& sys, const json& settings) {
+     return spawn_local_provider(sys, parse_local_provider_config(settings));
+   }},
+  {"scripted",
+   [](caf::actor_system& sys, const json& settings) {
+     return spawn_scripted_provider(sys, parse_scripted_script(settings),
+                                    nullptr);
+   }},
 };
 
 constexpr const char* metadata_key = "default_metadata";
@@ -54,31 +60,31 @@ provider_block parse_provider_block(const json& j) {
   if (!j.is_object())
     throw json_error("", std::string{"expected a provider block like "
                                      "{\"local\": {...}}, got "} +
-                             j.type_name());
+                           j.type_name());
   provider_block out;
   for (auto& item : j.items()) {
     if (item.key() == metadata_key) {
       if (!item.value().is_object())
         throw json_error(metadata_key, std::string{"expected an object, got "} +
-                                           item.value().type_name());
+                                         item.value().type_name());
       out.default_metadata = item.value();
       continue;
     }
     if (!out.name.empty())
       throw json_error("",
                        "a provider block names exactly one provider, got \"" +
-                           out.name + "\" and \"" + item.key() +
-                           "\" (known providers: " + known_names() + ")");
+                         out.name + "\" and \"" + item.key() +
+                         "\" (known providers: " + known_names() + ")");
     out.name = item.key();
     out.settings = item.value().is_null() ? json::object() : item.value();
   }
   if (out.name.empty())
     throw json_error("", "no provider key in the provider block (known "
                          "providers: " +
-                             known_names() + ")");
+                           known_names() + ")");
   if (find_provider(out.name) == nullptr)
     throw json_error(
-        out.name, "unknown provider (known providers: " + known_names() + ")");
+      out.name, "unknown provider (known providers: " + known_names() + ")");
   return out;
 }
 
@@ -86,15 +92,14 @@ provider_actor spawn_provider(caf::actor_system& sys,
                               const provider_block& block) {
   auto* entry = find_provider(block.name);
   if (entry == nullptr)
-    throw json_error(block.name, "unknown provider (known providers: " +
-                                     known_names() + ")");
+    throw json_error(
+      block.name, "unknown provider (known providers: " + known_names() + ")");
   try {
     return entry->spawn(sys, block.settings);
   } catch (const json_error& e) {
     // Name the setting by its full path in the block.
-    throw json_error(e.path().empty() ? block.name
-                                      : block.name + "." + e.path(),
-                     e.reason());
+    throw json_error(
+      e.path().empty() ? block.name : block.name + "." + e.path(), e.reason());
   }
 }
 

@@ -42,7 +42,7 @@ uint64_t read_count(const json& v, const char* key, uint64_t min,
   if (!v.is_number_integer() || v.get<int64_t>() < 0 ||
       v.get<uint64_t>() < min || v.get<uint64_t>() > max)
     throw json_error(key, "expected an integer in [" + std::to_string(min) +
-                              ", " + std::to_string(max) + "]");
+                            ", " + std::to_string(max) + "]");
   return v.get<uint64_t>();
 }
 
@@ -71,7 +71,7 @@ local_provider_config parse_local_provider_config(const json& settings) {
   });
   read_field(settings, "max_download_bytes", [&](const json& v) {
     cfg.max_download_bytes =
-        read_count(v, "max_download_bytes", 1, uint64_t{1} << 40);
+      read_count(v, "max_download_bytes", 1, uint64_t{1} << 40);
   });
   read_field(settings, "io_threads", [&](const json& v) {
     cfg.io_threads = read_count(v, "io_threads", 1, 64);
@@ -125,7 +125,7 @@ struct local_state {
     if (live.count(h.sandbox_id) == 0)
       return make_error(provider_errc::no_such_sandbox,
                         "no sandbox " + h.sandbox_id +
-                            " (never created, or stopped)");
+                          " (never created, or stopped)");
     return caf::none;
   }
 };
@@ -137,8 +137,8 @@ caf::error check_path(std::string_view what, const std::string& path) {
     return caf::none;
   return make_error(provider_errc::invalid_path,
                     std::string{what} + " \"" + path +
-                        "\" escapes the sandbox (absolute, empty, '.' or "
-                        "'..' component)");
+                      "\" escapes the sandbox (absolute, empty, '.' or "
+                      "'..' component)");
 }
 
 caf::error check_env(const env_map& env) {
@@ -246,53 +246,53 @@ void on_exit_msg(local_actor* self, caf::exit_msg& msg) {
 
 caf::behavior local_provider(local_actor* self, detail::runtime_settings cfg) {
   self->state.runtime =
-      std::make_unique<detail::local_runtime>(std::move(cfg), self->address());
+    std::make_unique<detail::local_runtime>(std::move(cfg), self->address());
   self->set_exit_handler(
-      [self](caf::exit_msg& msg) { on_exit_msg(self, msg); });
+    [self](caf::exit_msg& msg) { on_exit_msg(self, msg); });
   return {
-      [self](create_atom, sandbox_spec& spec) {
-        auto rp = self->make_response_promise();
-        if (refuse(rp, check_spec(spec)))
-          return rp;
-        auto& st = self->state;
-        auto id = st.new_id();
-        st.runtime->create(st.track(rp, id), id, spec);
+    [self](create_atom, sandbox_spec& spec) {
+      auto rp = self->make_response_promise();
+      if (refuse(rp, check_spec(spec)))
         return rp;
-      },
-      [self](status_atom,
-             const sandbox_handle& h) -> caf::result<sandbox_status> {
-        if (auto err = self->state.check_live(h))
-          return err;
-        return sandbox_status::running;
-      },
-      [self](upload_atom, const sandbox_handle& h, std::string& dir,
-             file_map& files) {
-        return start_call(self, h, check_upload(dir, files), [&](auto req) {
-          self->state.runtime->upload(req, h.sandbox_id, std::move(dir),
-                                      std::move(files));
-        });
-      },
-      [self](exec_atom, const sandbox_handle& h, exec_request& x) {
-        return start_call(self, h, check_exec(x), [&](auto req) {
-          self->state.runtime->exec(req, h.sandbox_id, std::move(x));
-        });
-      },
-      [self](download_atom, const sandbox_handle& h, std::string& path) {
-        return start_call(self, h, check_path("path", path), [&](auto req) {
-          self->state.runtime->download(req, h.sandbox_id, std::move(path));
-        });
-      },
-      [self](stop_atom, const sandbox_handle& h) {
-        return start_call(self, h, caf::none, [&](auto req) {
-          // Gone for every later call at once, even while the kill runs.
-          self->state.live.erase(h.sandbox_id);
-          self->state.runtime->stop(req, h.sandbox_id);
-        });
-      },
-      [self](io_done_atom, uint64_t req, caf::message& reply) {
-        on_io_done(self, req, reply);
-      },
-      [self](expired_atom, const std::string& id) { on_expired(self, id); },
+      auto& st = self->state;
+      auto id = st.new_id();
+      st.runtime->create(st.track(rp, id), id, spec);
+      return rp;
+    },
+    [self](status_atom,
+           const sandbox_handle& h) -> caf::result<sandbox_status> {
+      if (auto err = self->state.check_live(h))
+        return err;
+      return sandbox_status::running;
+    },
+    [self](upload_atom, const sandbox_handle& h, std::string& dir,
+           file_map& files) {
+      return start_call(self, h, check_upload(dir, files), [&](auto req) {
+        self->state.runtime->upload(req, h.sandbox_id, std::move(dir),
+                                    std::move(files));
+      });
+    },
+    [self](exec_atom, const sandbox_handle& h, exec_request& x) {
+      return start_call(self, h, check_exec(x), [&](auto req) {
+        self->state.runtime->exec(req, h.sandbox_id, std::move(x));
+      });
+    },
+    [self](download_atom, const sandbox_handle& h, std::string& path) {
+      return start_call(self, h, check_path("path", path), [&](auto req) {
+        self->state.runtime->download(req, h.sandbox_id, std::move(path));
+      });
+    },
+    [self](stop_atom, const sandbox_handle& h) {
+      return start_call(self, h, caf::none, [&](auto req) {
+        // Gone for every later call at once, even while the kill runs.
+        self->state.live.erase(h.sandbox_id);
+        self->state.runtime->stop(req, h.sandbox_id);
+      });
+    },
+    [self](io_done_atom, uint64_t req, caf::message& reply) {
+      on_io_done(self, req, reply);
+    },
+    [self](expired_atom, const std::string& id) { on_expired(self, id); },
   };
 }
 
@@ -306,8 +306,8 @@ std::string prepare_root(const std::string& configured) {
   namespace fs = std::filesystem;
   std::error_code ec;
   auto root = fs::absolute(configured.empty() ? default_root() : configured, ec)
-                  .lexically_normal()
-                  .string();
+                .lexically_normal()
+                .string();
   while (root.size() > 1 && root.back() == '/')
     root.pop_back();
   bool created = fs::create_directories(root, ec);
@@ -338,7 +338,7 @@ provider_actor spawn_local_provider(caf::actor_system& sys,
   spdlog::info("local provider: root {}, python {}", settings.root,
                settings.python_path);
   return caf::actor_cast<provider_actor>(
-      sys.spawn(local_provider, std::move(settings)));
+    sys.spawn(local_provider, std::move(settings)));
 }
 
 } // namespace sv

@@ -7,6 +7,7 @@
 #include <caf/actor_system.hpp>
 #include <caf/event_based_actor.hpp>
 #include <caf/stateful_actor.hpp>
+#include <fstream>
 #include <functional>
 #include <random>
 #include <unordered_map>
@@ -69,6 +70,25 @@ void scripted_ledger::on_create(const std::string& sandbox_id) {
 void scripted_ledger::on_running(const std::string& sandbox_id) {
   std::lock_guard<std::mutex> guard{mtx_};
   starting_.erase(sandbox_id);
+}
+
+json scripted_ledger::to_json() const {
+  std::lock_guard<std::mutex> guard{mtx_};
+  json calls = json::object();
+  for (size_t i = 0; i < scripted_op_count; ++i)
+    calls[std::string{op_names[i]}] = calls_[i];
+  json faults = json::object();
+  for (size_t i = 0; i < fault_names.size(); ++i)
+    faults[std::string{fault_names[i]}] = faults_[i];
+  uint64_t not_once = 0;
+  for (auto& [id, n] : stops_by_sandbox_)
+    not_once += n != 1 ? 1 : 0;
+  return json{{"creates", stops_by_sandbox_.size()},
+              {"stop_calls", stops_},
+              {"not_stopped_once", not_once},
+              {"peak_starting", peak_starting_},
+              {"calls", calls},
+              {"faults", faults}};
 }
 
 uint64_t scripted_ledger::peak_starting() const {
@@ -220,6 +240,15 @@ caf::behavior scripted_provider(self_ptr self, scripted_script script,
   static std::atomic<uint64_t> instances{0};
   self->state.id_prefix = "sb-" + std::to_string(instances++) + "-";
   self->state.rng.seed(script.seed);
+  if (!script.ledger_file.empty()) {
+    if (!ledger)
+      ledger = std::make_shared<scripted_ledger>();
+    // Written once, when the provider exits; a tiny append.
+    self->attach_functor([ledger, path = script.ledger_file] {
+      std::ofstream out{path, std::ios::app};
+      out << ledger->to_json().dump() << '\n';
+    });
+  }
   self->state.script = std::move(script);
   self->state.ledger = std::move(ledger);
   return {
@@ -379,6 +408,10 @@ scripted_script parse_scripted_script(const json& j) {
       if (!value.is_string())
         throw json_error(key, "expected a string");
       out.result_text = value.get<std::string>();
+    } else if (key == "ledger_file") {
+      if (!value.is_string() || value.get<std::string>().empty())
+        throw json_error(key, "expected a file path");
+      out.ledger_file = value.get<std::string>();
     } else if (key == "starting_polls") {
       if (!value.is_number_unsigned())
         throw json_error(key, "expected a non-negative integer");
@@ -386,7 +419,8 @@ scripted_script parse_scripted_script(const json& j) {
     } else {
       throw json_error(key, "unknown key in scripted settings (allowed: "
                             "steps, fault_rate, seed, random_faults, "
-                            "random_delay_ms, result_text, starting_polls)");
+                            "random_delay_ms, result_text, starting_polls, "
+                            "ledger_file)");
     }
   }
   return out;

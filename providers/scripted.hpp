@@ -86,6 +86,9 @@ struct scripted_script {
   std::string result_text = R"({"reward": 1.0})";
   /// How many `ok` status polls of a sandbox answer `starting` first.
   uint32_t starting_polls = 0;
+  /// When set, the provider appends its ledger as one JSON line to this
+  /// file when it exits (independent evidence for soak runs).
+  std::string ledger_file;
 };
 
 /// What a scripted provider did, shared with whoever wants to check it.
@@ -112,6 +115,8 @@ public:
   std::vector<std::string> not_stopped_once() const;
   /// The most sandboxes ever created but not yet running at once.
   uint64_t peak_starting() const;
+  /// Everything above as JSON.
+  json to_json() const;
 
 private:
   mutable std::mutex mtx_;
@@ -125,7 +130,8 @@ private:
 
 /// Reads a `{"scripted": {...}}` block's settings: `steps` ({op: [fault or
 /// {"fault": f, "delay_ms": n, "sticky": b}, ...]}), `fault_rate`, `seed`,
-/// `random_faults`, `random_delay_ms`, `result_text`, `starting_polls`.
+/// `random_faults`, `random_delay_ms`, `result_text`, `starting_polls`,
+/// `ledger_file`.
 /// Throws `json_error` naming the field.
 scripted_script parse_scripted_script(const json& settings);
 

@@ -63,14 +63,14 @@ TEST_CASE("local provider settings are strict") {
 }
 
 TEST_CASE("provider blocks name exactly one known provider") {
-  CHECK(provider_names() == std::vector<std::string>{"local"});
+  CHECK(provider_names() == std::vector<std::string>{"local", "scripted"});
   auto block = parse_provider_block(
       json{{"local", {{"root", "/x"}}}, {"default_metadata", {{"a", 1}}}});
   CHECK(block.name == "local");
   CHECK(block.settings == json{{"root", "/x"}});
   CHECK(block.default_metadata == json{{"a", 1}});
   CHECK_THROWS_WITH(parse_provider_block(json{{"docker", json::object()}}),
-                    "docker: unknown provider (known providers: local)");
+                    "docker: unknown provider (known providers: local, scripted)");
   CHECK_THROWS_WITH(parse_provider_block(json{{"local", json::object()},
                                               {"remote", json::object()}}),
                     Catch::Contains("exactly one provider"));

@@ -4,6 +4,7 @@
 // lines, the writer thread writes outcomes, CAF's threads run the actors;
 // nothing blocks a scheduler thread.
 
+#include "actors/quiet_clock.hpp"
 #include "actors/supervisor.hpp"
 #include "apps/sv_grade/batch_driver.hpp"
 #include "apps/sv_grade/batch_line.hpp"
@@ -46,6 +47,8 @@ struct cli_options {
   std::string provider_config;
   std::string work_dir;
   std::string log_level = "warn";
+  std::string summary_json;
+  size_t max_creating = 16;
 };
 
 /// A problem with how sv-grade was called: message, exit status 2.
@@ -94,6 +97,14 @@ std::optional<int> parse_cli(int argc, char** argv, cli_options& opts) {
     ->capture_default_str()
     ->check(CLI::IsMember(
       {"trace", "debug", "info", "warn", "error", "critical", "off"}));
+  app
+    .add_option("--max-creating", opts.max_creating,
+                "sandboxes in create or ready at once (protects providers "
+                "from bursts of creates)")
+    ->capture_default_str()
+    ->check(CLI::Range(size_t{1}, size_t{1000000}));
+  app.add_option("--summary-json", opts.summary_json,
+                 "also write the summary as JSON to this file");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -174,6 +185,7 @@ supervisor_config make_supervisor_config(const cli_options& opts,
                                          std::shared_ptr<provider_set> set) {
   supervisor_config cfg;
   cfg.max_in_flight = opts.concurrency;
+  cfg.max_creating = opts.max_creating;
   cfg.default_metadata = block.default_metadata;
   // A provider that dies mid-batch fails what it had in flight; the rest of
   // the batch goes on with a fresh one.
@@ -183,6 +195,20 @@ supervisor_config make_supervisor_config(const cli_options& opts,
     return provider;
   };
   return cfg;
+}
+
+/// The supervisor's counters; empty if it does not answer within 10 s.
+std::optional<supervisor_stats> fetch_stats(caf::actor_system& sys,
+                                            const supervisor_actor& sup) {
+  std::optional<supervisor_stats> out;
+  caf::scoped_actor self{sys};
+  self->request(sup, std::chrono::seconds{10}, stats_atom::value)
+    .receive([&](supervisor_stats& stats) { out = stats; },
+             [](caf::error& err) {
+               spdlog::warn("no statistics from the supervisor: {}",
+                            to_string(err));
+             });
+  return out;
 }
 
 /// Stops the actors in an order that lets nothing restart: the driver, the
@@ -275,7 +301,10 @@ int run(const cli_options& opts) {
   open_io(opts, io);
   caf::actor_system_config cfg;
   register_protocol(cfg);
+  install_quiet_clock(cfg);
   caf::actor_system sys{cfg};
+  memory_use memory;
+  memory.start_kib = proc_status_kib("VmRSS:");
   auto provider = start_provider(sys, block, opts.provider_config);
   auto providers = std::make_shared<provider_set>();
   providers->add(provider);
@@ -293,8 +322,22 @@ int run(const cli_options& opts) {
                opts.concurrency);
   auto read_ok = feed(*io.in, *writer, driver, opts.work_dir);
   auto write_ok = writer->finish();
+  auto wall_s = writer->elapsed_s();
+  auto stats = fetch_stats(sys, supervisor);
+  memory.end_kib = proc_status_kib("VmRSS:");
+  memory.peak_kib = proc_status_kib("VmHWM:");
   shut_down(sys, driver, supervisor, *providers);
-  std::cerr << writer->summary().render(writer->elapsed_s()) << std::flush;
+  auto& summary = writer->summary_for_update();
+  if (stats)
+    summary.set_supervisor_stats(*stats);
+  summary.set_memory(memory);
+  std::cerr << summary.render(wall_s) << std::flush;
+  if (!opts.summary_json.empty()) {
+    std::ofstream out{opts.summary_json, std::ios::trunc};
+    out << summary.to_json(wall_s).dump(2) << '\n';
+    if (!out)
+      spdlog::error("writing the summary to {} failed", opts.summary_json);
+  }
   if (!read_ok)
     spdlog::error("reading input {} failed", opts.input);
   if (!write_ok)

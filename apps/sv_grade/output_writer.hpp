@@ -53,6 +53,9 @@ public:
   /// Valid after `finish`.
   const batch_summary& summary() const noexcept { return summary_; }
 
+  /// After `finish`, for adding what only the caller knows (stats, memory).
+  batch_summary& summary_for_update() noexcept { return summary_; }
+
   /// Seconds since construction.
   double elapsed_s() const;
 

@@ -1,8 +1,13 @@
 #include "apps/sv_grade/summary.hpp"
 
+#include "messages/json.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
 
 namespace sv::grade {
 
@@ -121,7 +126,64 @@ std::string batch_summary::render(double wall_s) const {
     for (auto& [name, n] : by_cause_)
       out += "               " + name + " " + std::to_string(n) + "\n";
   }
+  if (stats_) {
+    auto& s = *stats_;
+    out += "  sandboxes    created " + std::to_string(s.sandboxes_created) +
+           ", stopped " + std::to_string(s.sandboxes_stopped) +
+           ", stop failures " + std::to_string(s.stop_failures) +
+           ", never stopped " +
+           std::to_string(s.sandboxes_created - s.sandboxes_stopped -
+                          s.stop_failures) +
+           "\n";
+    if (s.crashed > 0 || s.provider_restarts > 0)
+      out += "  incidents    crashed verifications " +
+             std::to_string(s.crashed) + ", provider restarts " +
+             std::to_string(s.provider_restarts) + "\n";
+  }
+  if (memory_)
+    out += "  memory       rss start " + fixed(memory_->start_kib / 1024.0, 1) +
+           " MiB, peak " + fixed(memory_->peak_kib / 1024.0, 1) + " MiB, end " +
+           fixed(memory_->end_kib / 1024.0, 1) + " MiB\n";
   return out;
+}
+
+json batch_summary::to_json(double wall_s) const {
+  auto totals = total_ms();
+  auto overheads = overhead_ms();
+  auto pcts = [](const std::vector<double>& xs) {
+    return json{{"p50", percentile(xs, 50)},
+                {"p95", percentile(xs, 95)},
+                {"p99", percentile(xs, 99)}};
+  };
+  json out{{"lines", lines_},
+           {"graded", graded_},
+           {"ok", ok_},
+           {"failed", failed()},
+           {"mean_reward", mean_reward() ? json(*mean_reward()) : json()},
+           {"full_rewards", full_rewards_},
+           {"failures_by_kind", by_kind_},
+           {"failures_by_kind_state_cause", by_cause_},
+           {"total_ms", pcts(totals)},
+           {"overhead_ms", pcts(overheads)},
+           {"wall_s", wall_s},
+           {"per_s", wall_s > 0 ? static_cast<double>(graded_) / wall_s : 0}};
+  if (stats_)
+    out["supervisor"] = *stats_;
+  if (memory_)
+    out["memory_kib"] = json{{"rss_start", memory_->start_kib},
+                             {"rss_peak", memory_->peak_kib},
+                             {"rss_end", memory_->end_kib}};
+  return out;
+}
+
+uint64_t proc_status_kib(const char* field) {
+  std::ifstream in{"/proc/self/status"};
+  std::string line;
+  auto len = std::strlen(field);
+  while (std::getline(in, line))
+    if (line.compare(0, len, field) == 0)
+      return std::strtoull(line.c_str() + len, nullptr, 10);
+  return 0;
 }
 
 std::string render_progress(uint64_t done, std::optional<uint64_t> total,

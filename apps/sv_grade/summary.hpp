@@ -20,6 +20,16 @@ double percentile(const std::vector<double>& sorted, double p);
 /// "1:05" or "2:03:04".
 std::string format_duration(double seconds);
 
+/// A field of /proc/self/status in KiB ("VmRSS:", "VmHWM:"); 0 if missing.
+uint64_t proc_status_kib(const char* field);
+
+/// Memory of the sv-grade process over a batch, KiB.
+struct memory_use {
+  uint64_t start_kib = 0;
+  uint64_t peak_kib = 0;
+  uint64_t end_kib = 0;
+};
+
 class batch_summary {
 public:
   /// Counts one output line.
@@ -59,8 +69,16 @@ public:
   /// Total minus exec time of each graded line that ran exec, ascending.
   std::vector<double> overhead_ms() const;
 
+  /// What the supervisor counted (sandboxes, stops, crashes, restarts).
+  void set_supervisor_stats(const supervisor_stats& stats) { stats_ = stats; }
+
+  void set_memory(const memory_use& memory) { memory_ = memory; }
+
   /// The multi-line report, given the batch's wall time.
   std::string render(double wall_s) const;
+
+  /// The same facts as JSON (for dashboards and benchmarks).
+  json to_json(double wall_s) const;
 
 private:
   uint64_t lines_ = 0;
@@ -73,6 +91,8 @@ private:
   std::map<std::string, uint64_t> by_cause_;
   std::vector<double> total_ms_;
   std::vector<double> overhead_ms_;
+  std::optional<supervisor_stats> stats_;
+  std::optional<memory_use> memory_;
 };
 
 /// One progress line: "[####----] 82/164 50% 31.2/s ETA 0:03" when `total`
