@@ -111,7 +111,50 @@ private:
   bool done_ = false;
 };
 
-using stealing = caf::scheduler::coordinator<caf::policy::work_stealing>;
+} // namespace
+
+/// CAF's work stealing, under a name of our own so that its worker loop can
+/// be specialized below.
+struct lean_stealing : caf::policy::work_stealing {};
+
+} // namespace sv
+
+/// The worker loop of CAF 0.17 minus one line: before every resume it
+/// cross-casts the job to `abstract_actor*` (a dynamic_cast through virtual
+/// bases, about 1,300 instructions) and records its id for a logger that
+/// Debian's build compiles out. Measured with callgrind on the null-provider
+/// path, that was about a sixth of all instructions.
+template <>
+void caf::scheduler::worker<sv::lean_stealing>::run() {
+  for (;;) {
+    auto job = policy_.dequeue(this);
+    policy_.before_resume(this, job);
+    auto res = job->resume(this, max_throughput_);
+    policy_.after_resume(this, job);
+    switch (res) {
+    case resumable::resume_later:
+      policy_.resume_job_later(this, job);
+      break;
+    case resumable::done:
+      policy_.after_completion(this, job);
+      intrusive_ptr_release(job);
+      break;
+    case resumable::awaiting_message:
+      intrusive_ptr_release(job);
+      break;
+    case resumable::shutdown_execution_unit:
+      policy_.after_completion(this, job);
+      policy_.before_shutdown(this);
+      return;
+    }
+  }
+}
+
+namespace sv {
+
+namespace {
+
+using stealing = caf::scheduler::coordinator<lean_stealing>;
 
 class quiet_coordinator : public stealing {
 public:
