@@ -4,7 +4,7 @@
 // lines, the writer thread writes outcomes, CAF's threads run the actors;
 // nothing blocks a scheduler thread.
 
-#include "actors/quiet_clock.hpp"
+#include "actors/scheduler.hpp"
 #include "actors/supervisor.hpp"
 #include "apps/sv_grade/batch_driver.hpp"
 #include "apps/sv_grade/batch_line.hpp"
@@ -301,7 +301,7 @@ int run(const cli_options& opts) {
   open_io(opts, io);
   caf::actor_system_config cfg;
   register_protocol(cfg);
-  install_quiet_clock(cfg);
+  install_scheduler(cfg);
   caf::actor_system sys{cfg};
   memory_use memory;
   memory.start_kib = proc_status_kib("VmRSS:");
