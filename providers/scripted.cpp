@@ -196,9 +196,12 @@ scripted_step next_step(self_ptr self, scripted_op op,
 }
 
 /// Runs one call: the correct answer `ok`, or the step's fault.
+/// (Templates, not std::function: this runs for every call of the
+/// orchestration benchmarks; only a delayed answer needs to be stored.)
+template <class Ok, class Garbage>
 caf::response_promise respond(self_ptr self, scripted_op op,
-                              const std::string& sandbox, reply_fn ok,
-                              reply_fn garbage) {
+                              const std::string& sandbox, Ok&& ok,
+                              Garbage&& garbage) {
   auto& st = self->state;
   auto rp = self->make_response_promise();
   auto step = next_step(self, op, sandbox);
@@ -219,7 +222,7 @@ caf::response_promise respond(self_ptr self, scripted_op op,
     break;
   case scripted_fault::delay: {
     auto token = st.next_token++;
-    st.delayed.emplace(token, std::make_pair(rp, std::move(ok)));
+    st.delayed.emplace(token, std::make_pair(rp, reply_fn{std::move(ok)}));
     self->delayed_send(self, step.delay, delayed_atom::value, token);
     break;
   }
