@@ -4,12 +4,14 @@
 #include "apps/sv_grade/output_writer.hpp"
 #include "messages/errors.hpp"
 
+#include <algorithm>
 #include <caf/actor_system.hpp>
 #include <caf/event_based_actor.hpp>
 #include <caf/sec.hpp>
 #include <caf/stateful_actor.hpp>
+#include <caf/system_messages.hpp>
+#include <deque>
 #include <map>
-#include <optional>
 #include <unordered_map>
 
 namespace sv::grade {
@@ -40,6 +42,11 @@ using sweep_atom = caf::atom_constant<caf::atom("sweep")>;
 /// How often the driver looks for replies past their deadline.
 constexpr auto sweep_interval = std::chrono::seconds{1};
 
+// The driver talks to the supervisor with plain sends and matches replies
+// itself. With CAF 0.17's `request`, an actor keeps its pending responses in
+// a flat map searched linearly, so one actor with N lines outstanding pays
+// O(N) per reply. Replies match lines by id, oldest line first: lines that
+// share an id are indistinguishable in the output anyway.
 struct driver_state {
   static inline const char* name = "sv.batch_driver";
 
@@ -53,6 +60,8 @@ struct driver_state {
 
   /// Lines waiting for the supervisor, by line number.
   std::unordered_map<uint64_t, pending_line> pending;
+  /// Their line numbers by id, oldest first.
+  std::unordered_map<std::string, std::deque<uint64_t>> by_id;
   /// Their deadlines, earliest first.
   std::multimap<time_point, uint64_t> deadlines;
   bool sweeping = false;
@@ -60,68 +69,87 @@ struct driver_state {
 
 using driver_ptr = caf::stateful_actor<driver_state>*;
 
+/// Forgets a pending line; returns its id.
+std::string forget(driver_ptr self, uint64_t line, bool keep_deadline) {
+  auto& st = self->state;
+  auto i = st.pending.find(line);
+  auto id = std::move(i->second.id);
+  if (!keep_deadline)
+    st.deadlines.erase(i->second.deadline);
+  st.pending.erase(i);
+  auto j = st.by_id.find(id);
+  auto& lines = j->second;
+  lines.erase(std::find(lines.begin(), lines.end(), line));
+  if (lines.empty())
+    st.by_id.erase(j);
+  return id;
+}
+
 /// Fails every line whose reply is overdue. One periodic sweep instead of a
-/// timeout per request: CAF 0.17 cancels a request's timeout only when the
-/// requesting actor ends, and this actor lives for the whole batch.
-void sweep(driver_ptr self, std::shared_ptr<output_writer>& writer) {
+/// timeout per line: CAF 0.17 cancels a timeout only when its actor ends,
+/// and this actor lives for the whole batch.
+void sweep(driver_ptr self, output_writer& writer) {
   auto& st = self->state;
   auto now = self->clock().now();
   while (!st.deadlines.empty() && st.deadlines.begin()->first <= now) {
     auto line = st.deadlines.begin()->second;
+    auto timeout = st.pending.at(line).timeout;
+    auto id = forget(self, line, true);
     st.deadlines.erase(st.deadlines.begin());
-    auto i = st.pending.find(line);
-    writer->push(lost_reply(std::move(i->second.id), line,
-                            caf::make_error(caf::sec::request_timeout),
-                            i->second.timeout));
-    st.pending.erase(i);
+    writer.push(lost_reply(std::move(id), line,
+                           caf::make_error(caf::sec::request_timeout),
+                           timeout));
   }
   st.sweeping = !st.pending.empty();
   if (st.sweeping)
     self->delayed_send(self, sweep_interval, sweep_atom::value);
 }
 
+/// The supervisor is gone: no line still waiting will ever be answered.
+void fail_all(driver_ptr self, output_writer& writer, const caf::error& why) {
+  auto& st = self->state;
+  while (!st.pending.empty()) {
+    auto line = st.pending.begin()->first;
+    auto timeout = st.pending.begin()->second.timeout;
+    writer.push(lost_reply(forget(self, line, false), line, why, timeout));
+  }
+}
+
 caf::behavior batch_driver(driver_ptr self, supervisor_actor supervisor,
                            std::shared_ptr<output_writer> writer) {
+  self->monitor(supervisor);
+  self->set_down_handler([self, writer](caf::down_msg& dm) {
+    fail_all(self, *writer,
+             dm.reason ? dm.reason
+                       : caf::make_error(caf::sec::request_receiver_down));
+  });
   return {
-    [=](uint64_t line, verification_request& req) mutable {
+    [=](uint64_t line, verification_request& req) {
       auto& st = self->state;
       auto timeout = reply_timeout(req);
       auto deadline = st.deadlines.emplace(self->clock().now() + timeout, line);
+      st.by_id[req.id].push_back(line);
       st.pending.emplace(line,
                          driver_state::pending_line{req.id, timeout, deadline});
       if (!st.sweeping) {
         st.sweeping = true;
         self->delayed_send(self, sweep_interval, sweep_atom::value);
       }
-      // Which line a reply belongs to; a reply after the sweep failed the
-      // line is dropped (the line already has its one output).
-      auto take = [self](uint64_t line) -> std::optional<std::string> {
-        auto& st = self->state;
-        auto i = st.pending.find(line);
-        if (i == st.pending.end())
-          return std::nullopt;
-        auto id = std::move(i->second.id);
-        st.deadlines.erase(i->second.deadline);
-        st.pending.erase(i);
-        return id;
-      };
-      self
-        ->request(supervisor, caf::infinite, verify_atom::value, std::move(req))
-        .then(
-          [=](verification_outcome& outcome) {
-            if (!take(line))
-              return;
-            batch_entry entry;
-            entry.line = line;
-            entry.outcome = std::move(outcome);
-            writer->push(std::move(entry));
-          },
-          [=](caf::error& err) mutable {
-            if (auto id = take(line))
-              writer->push(lost_reply(std::move(*id), line, err, timeout));
-          });
+      self->send(supervisor, verify_atom::value, std::move(req));
     },
-    [=](sweep_atom) mutable { sweep(self, writer); },
+    [=](verification_outcome& outcome) {
+      auto& st = self->state;
+      auto i = st.by_id.find(outcome.id);
+      if (i == st.by_id.end())
+        return; // its line was already failed by the sweep
+      auto line = i->second.front();
+      forget(self, line, false);
+      batch_entry entry;
+      entry.line = line;
+      entry.outcome = std::move(outcome);
+      writer->push(std::move(entry));
+    },
+    [=](sweep_atom) { sweep(self, *writer); },
   };
 }
 

@@ -1,0 +1,167 @@
+#!/usr/bin/env python3
+"""Side-by-side benchmarks: every compared program runs in the same session,
+alternating (A B A B ...), and the table shows medians and ratios.
+
+  bench/compare.py orchestration [--rounds 3] [--count 100000]
+      sv-bench-orchestration vs py_baseline.py --provider null, at
+      concurrency 1,000 and 100,000: verifications/s, peak RSS, KiB per
+      in-flight verification.
+  bench/compare.py humaneval [--rounds 3] [--bwrap]
+      HumanEval (canonical and broken completions alternating, 164 jobs)
+      through the floor (floor.sh), sv-grade on the local provider
+      (isolation none, and bwrap with --bwrap) and py_baseline.py
+      --provider local, at concurrency 2 and 4; plus sv-grade's
+      orchestration overhead (total - exec) p50/p99 at concurrency 4.
+
+Run from the repository root after scripts/setup.sh. Interpreter for every
+runner: /usr/bin/python3 (Debian's; a pyenv shim would add ~140 ms a start).
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUILD = os.path.join(ROOT, "build")
+PEERS = os.path.join(ROOT, "bench", "peers")
+PYTHON = "/usr/bin/python3"
+
+
+def run_json(cmd, **kw):
+    """Runs a command that prints one JSON line last; returns it parsed."""
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, **kw)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def median(xs):
+    return statistics.median(xs) if xs else float("nan")
+
+
+# -- orchestration --------------------------------------------------------------
+
+def orchestration(args):
+    ours = os.path.join(BUILD, "bench", "sv-bench-orchestration")
+    peer = os.path.join(PEERS, "py_baseline.py")
+    rows = []
+    for conc in (1000, 100000):
+        samples = {"sv": [], "py": []}
+        for _ in range(args.rounds):
+            samples["sv"].append(run_json(
+                [ours, "--count", str(args.count), "--concurrency", str(conc)]))
+            samples["py"].append(run_json(
+                [PYTHON, peer, "--provider", "null", "--count",
+                 str(args.count), "--concurrency", str(conc)]))
+        rows.append((conc, samples))
+    # Per in-flight memory the way the peer's number is quoted: the growth of
+    # peak RSS from 1,000 to 100,000 in flight, per added verification.
+    def per_in_flight(samples_small, samples_big, key):
+        small = median([s[key] for s in samples_small])
+        big = median([s[key] for s in samples_big])
+        return (big - small) / (100000 - 1000)
+
+    print(f"| concurrency | sv per s | py per s | sv/py | sv peak RSS MiB | "
+          f"py peak RSS MiB |")
+    print("|---|---|---|---|---|---|")
+    for conc, s in rows:
+        sv = median([x["per_s"] for x in s["sv"]])
+        py = median([x["per_s"] for x in s["py"]])
+        sv_rss = median([x["peak_rss_kib"] for x in s["sv"]]) / 1024
+        py_rss = median([x["peak_rss_kib"] for x in s["py"]]) / 1024
+        print(f"| {conc:,} | {sv:,.0f} | {py:,.0f} | {sv / py:.2f} | "
+              f"{sv_rss:,.0f} | {py_rss:,.0f} |")
+    sv_kib = per_in_flight(rows[0][1]["sv"], rows[1][1]["sv"], "peak_rss_kib")
+    py_kib = per_in_flight(rows[0][1]["py"], rows[1][1]["py"], "peak_rss_kib")
+    sv_peak = median([x["peak_in_flight"] for x in rows[1][1]["sv"]])
+    sv_own = median([x["kib_per_in_flight"] for x in rows[1][1]["sv"]])
+    print(f"\nKiB per in-flight verification (peak RSS growth from 1,000 to "
+          f"100,000 concurrency): sv {sv_kib:.2f}, py {py_kib:.2f}")
+    print(f"sv at 100,000: peak {sv_peak:,.0f} verifications in flight at "
+          f"once, (peak - base RSS) / peak in flight = {sv_own:.2f} KiB")
+
+
+# -- HumanEval ----------------------------------------------------------------------
+
+def humaneval(args):
+    tmp = tempfile.mkdtemp(prefix="sv-compare-")
+    jobs = os.path.join(tmp, "jobs.jsonl")
+    subprocess.run([PYTHON, os.path.join(ROOT, "examples", "humaneval",
+                                         "make_jobs.py"),
+                    "--variant", "alternate", "--python", PYTHON,
+                    "--output", jobs], check=True)
+    n = sum(1 for _ in open(jobs))
+    sv_grade = os.path.join(BUILD, "apps", "sv-grade")
+    modes = ["none"] + (["bwrap"] if args.bwrap else [])
+
+    def floor(conc):
+        r = run_json([os.path.join(PEERS, "floor.sh"), jobs, str(conc), PYTHON])
+        return {"per_s": r["per_s"], "reward": r["reward_sum"]}
+
+    def peer(conc):
+        r = run_json([PYTHON, os.path.join(PEERS, "py_baseline.py"),
+                      "--provider", "local", "--jobs", jobs, "--concurrency",
+                      str(conc), "--python", PYTHON])
+        return {"per_s": r["per_s"], "reward": r["reward_sum"]}
+
+    def ours(conc, isolation):
+        config = os.path.join(tmp, f"provider-{isolation}.json")
+        with open(config, "w") as f:
+            json.dump({"local": {"python": PYTHON, "isolation": isolation}}, f)
+        summary = os.path.join(tmp, "summary.json")
+        subprocess.run([sv_grade, "--input", jobs, "--output",
+                        os.path.join(tmp, "out.jsonl"), "--concurrency",
+                        str(conc), "--provider-config", config,
+                        "--summary-json", summary],
+                       check=True, capture_output=True)
+        s = json.load(open(summary))
+        reward = s["mean_reward"] * s["ok"] if s["mean_reward"] else 0
+        return {"per_s": s["per_s"], "reward": reward,
+                "overhead": s["overhead_ms"], "failed": s["failed"]}
+
+    results = {}
+    for conc in (2, 4):
+        programs = [("floor", lambda c=conc: floor(c))]
+        programs += [(f"sv-grade ({m})", lambda c=conc, m=m: ours(c, m))
+                     for m in modes]
+        programs += [("py asyncio peer", lambda c=conc: peer(c))]
+        samples = {name: [] for name, _ in programs}
+        for _ in range(args.rounds):
+            for name, run in programs:
+                samples[name].append(run())
+        results[conc] = samples
+
+    print(f"HumanEval, {n} jobs (canonical and broken alternating), "
+          f"{args.rounds} rounds alternating, medians\n")
+    print("| concurrency | program | jobs/s | × floor | reward sum |")
+    print("|---|---|---|---|---|")
+    for conc, samples in results.items():
+        floor_rate = median([x["per_s"] for x in samples["floor"]])
+        for name, xs in samples.items():
+            rate = median([x["per_s"] for x in xs])
+            reward = median([x["reward"] for x in xs])
+            print(f"| {conc} | {name} | {rate:.1f} | {rate / floor_rate:.3f} "
+                  f"| {reward:g} |")
+    for mode in modes:
+        xs = results[4][f"sv-grade ({mode})"]
+        p50 = median([x["overhead"]["p50"] for x in xs])
+        p99 = median([x["overhead"]["p99"] for x in xs])
+        print(f"\nsv-grade ({mode}) orchestration overhead (total - exec) at "
+              f"concurrency 4: p50 {p50:.2f} ms, p99 {p99:.2f} ms")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("what", choices=["orchestration", "humaneval"])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--count", type=int, default=100000)
+    ap.add_argument("--bwrap", action="store_true",
+                    help="humaneval: also sv-grade with bubblewrap isolation")
+    args = ap.parse_args()
+    {"orchestration": orchestration, "humaneval": humaneval}[args.what](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
