@@ -249,8 +249,10 @@ void log_isolation(const isolation_settings& s) {
     "default {} MiB{}, cpu from resources.cpu{}, output {} bytes per exec "
     "(the rest dropped), CPU time by the exec deadline (SIGKILL)",
     s.max_processes,
-    cg.pids.empty() ? " (RLIMIT_NPROC only)" : " (pids cgroup)", memory,
-    cg.memory.empty() ? " (NOT enforced)" : " (memory cgroup)",
+    !cg.pids.empty() ? " (pids cgroup)"
+    : s.uids         ? " (RLIMIT_NPROC of the sandbox uid only)"
+                     : " (NOT enforced)",
+    memory, cg.memory.empty() ? " (NOT enforced)" : " (memory cgroup)",
     s.default_disk_mib,
     s.tmpfs_dirs ? " (tmpfs per sandbox)" : " (RLIMIT_FSIZE per file only)",
     cg.cpu.empty() ? " (NOT enforced)" : " (cpu cgroup quota)",
@@ -263,7 +265,7 @@ void log_isolation(const isolation_settings& s) {
                  "RLIMIT_FSIZE bounds single files only");
   else if (cg.pids.empty() && !s.uids)
     spdlog::warn("local provider: no per-sandbox process limit holds "
-                 "(RLIMIT_NPROC is ignored for root)");
+                 "(no pids cgroup; RLIMIT_NPROC is ignored for root)");
 }
 
 std::string check_workdir(const isolation_settings& s,
