@@ -8,7 +8,7 @@ build_dir=${1:-build}
 packages=(
   build-essential cmake
   libcaf-dev nlohmann-json3-dev libboost1.81-dev libspdlog-dev catch2 libcli11-dev
-  python3 bubblewrap
+  python3 bubblewrap util-linux
 )
 sudo_cmd=()
 if [ "$(id -u)" -ne 0 ]; then sudo_cmd=(sudo); fi
