@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cstdlib>
 #include <dirent.h>
+#include <mutex>
+#include <set>
 #include <spdlog/spdlog.h>
 #include <stdexcept>
 #include <sys/stat.h>
@@ -140,14 +142,25 @@ void build_host_view(isolation_settings& s, const python_install& python) {
 
 /// Runs the interpreter through the full bwrap command once: a mode that
 /// cannot run a sandbox must fail here, not on the first submission.
+/// Once per command line and process: a provider restarted by a supervisor
+/// (possibly on a scheduler thread) does not pay for the probe again.
 void probe_bwrap(const isolation_settings& s, const std::string& python) {
+  static std::mutex mtx;
+  static std::set<std::vector<std::string>> passed;
   spawn_spec spec;
   spec.argv = bwrap_command(s, "", "", "", s.uids ? s.uids->base() : -1,
                             {python, "-c", "import sys"});
+  {
+    std::lock_guard<std::mutex> guard{mtx};
+    if (passed.count(spec.argv) > 0)
+      return;
+  }
   spec.program = spec.argv.front();
   spec.env = {"PATH=/usr/bin:/bin"};
   spec.new_process_group = false;
   run_and_capture(spec, std::chrono::seconds{30});
+  std::lock_guard<std::mutex> guard{mtx};
+  passed.insert(spec.argv);
 }
 
 std::string find_on_path(const std::string& name) {
