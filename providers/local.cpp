@@ -3,8 +3,10 @@
 #include "messages/errors.hpp"
 #include "messages/json.hpp"
 #include "messages/validation.hpp"
+#include "providers/detail/isolation.hpp"
 #include "providers/detail/local_runtime.hpp"
 #include "providers/detail/process.hpp"
+#include "providers/detail/reaper.hpp"
 
 #include <caf/actor_cast.hpp>
 #include <caf/actor_system.hpp>
@@ -25,59 +27,6 @@
 #include <unordered_set>
 
 namespace sv {
-
-// -- configuration ------------------------------------------------------------
-
-namespace {
-
-template <class F>
-void read_field(const json& j, const char* key, F&& read) {
-  auto i = j.find(key);
-  if (i != j.end())
-    read(*i);
-}
-
-uint64_t read_count(const json& v, const char* key, uint64_t min,
-                    uint64_t max) {
-  if (!v.is_number_integer() || v.get<int64_t>() < 0 ||
-      v.get<uint64_t>() < min || v.get<uint64_t>() > max)
-    throw json_error(key, "expected an integer in [" + std::to_string(min) +
-                            ", " + std::to_string(max) + "]");
-  return v.get<uint64_t>();
-}
-
-std::string read_string(const json& v, const char* key, bool allow_empty) {
-  if (!v.is_string())
-    throw json_error(key,
-                     std::string{"expected a string, got "} + v.type_name());
-  auto out = v.get<std::string>();
-  if (out.empty() && !allow_empty)
-    throw json_error(key, "must not be empty");
-  return out;
-}
-
-} // namespace
-
-local_provider_config parse_local_provider_config(const json& settings) {
-  local_provider_config cfg;
-  if (settings.is_null())
-    return cfg;
-  check_object(settings, "local provider settings",
-               {"root", "python", "max_download_bytes", "io_threads"});
-  read_field(settings, "root",
-             [&](const json& v) { cfg.root = read_string(v, "root", true); });
-  read_field(settings, "python", [&](const json& v) {
-    cfg.python = read_string(v, "python", false);
-  });
-  read_field(settings, "max_download_bytes", [&](const json& v) {
-    cfg.max_download_bytes =
-      read_count(v, "max_download_bytes", 1, uint64_t{1} << 40);
-  });
-  read_field(settings, "io_threads", [&](const json& v) {
-    cfg.io_threads = read_count(v, "io_threads", 1, 64);
-  });
-  return cfg;
-}
 
 // -- the provider actor -------------------------------------------------------
 
@@ -106,12 +55,13 @@ struct local_state {
   uint64_t next_sandbox = 1;
   std::mt19937_64 rng{std::random_device{}()};
 
-  /// Unique across restarts too: pid, counter and random bits.
+  /// Unique across restarts too: pid and start time of this process (the
+  /// reaper's proof of ownership), counter and random bits.
   std::string new_id() {
     char hex[17];
     std::snprintf(hex, sizeof hex, "%016llx",
                   static_cast<unsigned long long>(rng()));
-    return "sb-" + std::to_string(::getpid()) + "-" +
+    return "sb-" + detail::instance_tag() + "-" +
            std::to_string(next_sandbox++) + "-" + std::string{hex, 8};
   }
 
@@ -169,9 +119,19 @@ caf::error check_exec(const exec_request& x) {
 }
 
 caf::error check_spec(const sandbox_spec& spec) {
+  auto invalid = [](const char* what) {
+    return make_error(provider_errc::invalid_argument, what);
+  };
   if (!(spec.ttl_s >= 0) || spec.ttl_s > max_timeout_s)
-    return make_error(provider_errc::invalid_argument,
-                      "ttl_s: must be 0 (none) or seconds up to 604800");
+    return invalid("ttl_s: must be 0 (none) or seconds up to 604800");
+  auto& res = spec.resources;
+  if (!(res.cpu >= 0) || res.cpu > 1024)
+    return invalid("resources.cpu: must be 0 (unset) or cpus up to 1024");
+  if (res.memory_mib < 0 || res.memory_mib > (int64_t{1} << 24))
+    return invalid("resources.memory_mib: must be 0 (unset) or MiB up to "
+                   "16777216");
+  if (!(res.disk_gib >= 0) || res.disk_gib > 16384)
+    return invalid("resources.disk_gib: must be 0 (unset) or GiB up to 16384");
   return check_env(spec.env);
 }
 
@@ -332,11 +292,20 @@ provider_actor spawn_local_provider(caf::actor_system& sys,
   settings.root = prepare_root(cfg.root);
   settings.python_name = cfg.python;
   // Once, here, on the caller's thread: never on a scheduler thread.
-  settings.python_path = detail::resolve_python(cfg.python);
+  auto python = detail::resolve_python_install(cfg.python);
+  settings.python_path = python.executable;
   settings.max_download_bytes = cfg.max_download_bytes;
   settings.io_threads = cfg.io_threads;
+  auto iso = detail::prepare_isolation(cfg, settings.root, python);
+  if (auto n = detail::reap_orphans(settings.root, iso.cgroups); n > 0)
+    spdlog::warn("local provider: reaped {} sandboxes left by an earlier run "
+                 "that did not stop them",
+                 n);
   spdlog::info("local provider: root {}, python {}", settings.root,
                settings.python_path);
+  detail::log_isolation(iso);
+  settings.isolation =
+    std::make_shared<const detail::isolation_settings>(std::move(iso));
   return caf::actor_cast<provider_actor>(
     sys.spawn(local_provider, std::move(settings)));
 }

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace caf {
 class actor_system;
@@ -28,6 +29,27 @@ struct local_provider_config {
   uint64_t max_download_bytes = 16 * 1024 * 1024;
   /// Threads that run file I/O and await child processes.
   size_t io_threads = 2;
+
+  // -- isolation and limits (README: "Isolation and limits") ---------------
+
+  /// "bwrap", "none", or empty: bwrap when it is on PATH and works here.
+  std::string isolation;
+  /// Host paths a bwrap sandbox sees as empty directories.
+  std::vector<std::string> hide_paths = {"/root", "/home", "/run"};
+  /// Most processes and threads a sandbox may run at once.
+  uint64_t max_processes = 256;
+  /// Most bytes of output an exec keeps (its log, or each captured stream).
+  uint64_t max_log_bytes = 1024 * 1024;
+  /// Memory limit of a sandbox whose spec sets none; 0 for no limit.
+  uint64_t default_memory_mib = 2048;
+  /// Disk space of a sandbox whose spec sets none.
+  uint64_t default_disk_mib = 1024;
+  /// Sandboxes run as uids uid_base .. uid_base + uid_count - 1 (bwrap, as
+  /// root), each its own while it lives.
+  uint64_t uid_base = 100000;
+  uint64_t uid_count = 4096;
+  /// The cgroup, below each v1 hierarchy's root, that holds the sandboxes'.
+  std::string cgroup_parent = "sv-sandboxes";
 };
 
 /// Reads the settings of a `{"local": {...}}` provider block (the inner

@@ -12,7 +12,8 @@ packages=(
   nlohmann-json3-dev libboost1.81-dev libspdlog-dev libcli11-dev
   catch2                         # Catch2 2.13 (tests)
   python3                        # runners, job generator, end-to-end tests
-  bubblewrap                     # optional isolation of the local provider
+  bubblewrap                     # isolation of the local provider
+  util-linux                     # setpriv: drop to the sandbox's own uid
 )
 
 sudo_cmd=()

@@ -54,12 +54,57 @@ TEST_CASE("local provider settings are strict") {
   CHECK(cfg.io_threads == 3);
   CHECK_THROWS_WITH(parse_local_provider_config(json{{"rooot", "/x"}}),
                     "rooot: unknown key in local provider settings (allowed: "
-                    "root, python, max_download_bytes, io_threads)");
+                    "root, python, max_download_bytes, io_threads, isolation, "
+                    "hide_paths, max_processes, max_log_bytes, "
+                    "default_memory_mib, default_disk_mib, uid_base, "
+                    "uid_count, cgroup_parent)");
   CHECK_THROWS_AS(parse_local_provider_config(json{{"io_threads", 0}}),
                   json_error);
   CHECK_THROWS_AS(parse_local_provider_config(json{{"python", ""}}),
                   json_error);
   CHECK_THROWS_AS(parse_local_provider_config(json::array()), json_error);
+}
+
+TEST_CASE("isolation and limit settings are strict") {
+  auto cfg = parse_local_provider_config(
+    json{{"isolation", "none"},
+         {"hide_paths", {"/root", "/etc/sv"}},
+         {"max_processes", 64},
+         {"max_log_bytes", 65536},
+         {"default_memory_mib", 0},
+         {"default_disk_mib", 10},
+         {"uid_base", 200000},
+         {"uid_count", 16},
+         {"cgroup_parent", "sv/test"}});
+  CHECK(cfg.isolation == "none");
+  CHECK(cfg.hide_paths == std::vector<std::string>{"/root", "/etc/sv"});
+  CHECK(cfg.max_processes == 64);
+  CHECK(cfg.max_log_bytes == 65536);
+  CHECK(cfg.default_memory_mib == 0);
+  CHECK(cfg.default_disk_mib == 10);
+  CHECK(cfg.uid_base == 200000);
+  CHECK(cfg.uid_count == 16);
+  CHECK(cfg.cgroup_parent == "sv/test");
+  auto defaults = parse_local_provider_config(json::object());
+  CHECK(defaults.isolation.empty());
+  CHECK(defaults.max_processes == 256);
+  CHECK(defaults.max_log_bytes == 1024 * 1024);
+  CHECK_THROWS_WITH(parse_local_provider_config(json{{"isolation", "docker"}}),
+                    "isolation: expected \"bwrap\" or \"none\", got "
+                    "\"docker\"");
+  CHECK_THROWS_WITH(
+    parse_local_provider_config(json{{"hide_paths", {"etc"}}}),
+    "hide_paths: \"etc\" is not an absolute, normalized path other than /");
+  CHECK_THROWS_AS(parse_local_provider_config(json{{"hide_paths", {"/a/../b"}}}),
+                  json_error);
+  CHECK_THROWS_AS(parse_local_provider_config(json{{"max_log_bytes", 100}}),
+                  json_error);
+  CHECK_THROWS_AS(parse_local_provider_config(json{{"uid_base", 0}}),
+                  json_error);
+  CHECK_THROWS_AS(
+    parse_local_provider_config(json{{"cgroup_parent", "/abs"}}), json_error);
+  CHECK_THROWS_AS(
+    parse_local_provider_config(json{{"cgroup_parent", "../up"}}), json_error);
 }
 
 TEST_CASE("provider blocks name exactly one known provider") {

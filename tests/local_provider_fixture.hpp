@@ -38,7 +38,7 @@ struct temp_dir {
   temp_dir() {
     const char* base = std::getenv("TMPDIR");
     std::string tmpl =
-        std::string{base && *base ? base : "/tmp"} + "/sv-local-test-XXXXXX";
+      std::string{base && *base ? base : "/tmp"} + "/sv-local-test-XXXXXX";
     path = ::mkdtemp(tmpl.data()) ? tmpl : std::string{};
     REQUIRE(!path.empty());
   }
@@ -145,8 +145,8 @@ struct fixture {
   reply<T> ask(Ts&&... xs) {
     reply<T> out;
     self->request(provider, deadline, std::forward<Ts>(xs)...)
-        .receive([&](T& x) { out.value = std::move(x); },
-                 [&](caf::error& e) { out.error = std::move(e); });
+      .receive([&](T& x) { out.value = std::move(x); },
+               [&](caf::error& e) { out.error = std::move(e); });
     return out;
   }
 
@@ -189,7 +189,16 @@ struct fixture {
   }
 
   std::string dir_of(const sandbox_handle& h) const {
-    return root.path + "/" + h.sandbox_id;
+    return provider_cfg.root + "/" + h.sandbox_id;
+  }
+};
+
+/// A provider without isolation: its commands see host pids and paths,
+/// which some tests of the process handling rely on.
+struct unisolated_fixture : fixture {
+  unisolated_fixture()
+      : fixture([](local_provider_config& c) { c.isolation = "none"; }) {
+    // nop
   }
 };
 

@@ -179,7 +179,7 @@ TEST_CASE_METHOD(fixture, "exec killed by a signal is killed") {
   CHECK(r.message == "killed by signal 9 (SIGKILL)");
 }
 
-TEST_CASE_METHOD(fixture,
+TEST_CASE_METHOD(unisolated_fixture,
                  "exec over its deadline is a timeout, group and all") {
   auto h = create();
   auto r = sh(h, "sleep 1000 & echo $! > child.pid; sleep 1000", 2);
@@ -209,7 +209,7 @@ TEST_CASE_METHOD(fixture, "a program that cannot run is a sandbox failure") {
 
 TEST_CASE("exec sees the request's env, never the service's") {
   ::setenv("SV_TEST_SECRET", "hunter2", 1);
-  fixture f;
+  unisolated_fixture f;
   auto h = f.create();
   auto r = f.exec(h, exec_request{{"sh", "-c",
                                    "echo \"$FOO|${SV_TEST_SECRET-unset}|$HOME|"
@@ -251,7 +251,7 @@ TEST_CASE("python argv[0] runs the interpreter resolved at start") {
 
 // -- stop ---------------------------------------------------------------------
 
-TEST_CASE_METHOD(fixture, "stop kills a setsid daemon and removes the dir") {
+TEST_CASE_METHOD(unisolated_fixture, "stop kills a setsid daemon and removes the dir") {
   auto h = create();
   auto r = sh(h, "setsid sh -c 'echo $$ > d.tmp && mv d.tmp daemon.pid; "
                  "exec sleep 1000' </dev/null >/dev/null 2>&1 & "
@@ -316,7 +316,7 @@ TEST_CASE_METHOD(fixture, "a sandbox past its TTL is stopped") {
         code(provider_errc::no_such_sandbox));
 }
 
-TEST_CASE_METHOD(fixture, "provider shutdown kills and removes everything") {
+TEST_CASE_METHOD(unisolated_fixture, "provider shutdown kills and removes everything") {
   auto a = create();
   auto b = create();
   auto r = sh(a, "setsid sh -c 'echo $$ > d.tmp && mv d.tmp daemon.pid; "

@@ -22,16 +22,16 @@ namespace {
 
 [[noreturn]] void fail_errno(std::string_view path, const char* what, int err) {
   throw fs_error(provider_errc::io_error, std::string{what} + " " +
-                                              std::string(path) + ": " +
-                                              std::strerror(err));
+                                            std::string(path) + ": " +
+                                            std::strerror(err));
 }
 
 void check_confined(std::string_view rel) {
   if (!is_confined_path(rel))
     throw fs_error(provider_errc::invalid_path,
                    "path \"" + std::string{rel} +
-                       "\" escapes the sandbox (absolute, empty, '.' or "
-                       "'..' component)");
+                     "\" escapes the sandbox (absolute, empty, '.' or "
+                     "'..' component)");
 }
 
 /// Splits "a/b/c" into "a/b" and "c".
@@ -76,17 +76,18 @@ const char* kind_of(const struct stat& st) {
     if (S_ISLNK(st.st_mode))
       throw fs_error(provider_errc::invalid_path,
                      std::string(walked) +
-                         " is a symlink, refusing to follow it");
+                       " is a symlink, refusing to follow it");
     throw fs_error(provider_errc::invalid_path, std::string(walked) + " is " +
-                                                    kind_of(st) +
-                                                    ", not a directory");
+                                                  kind_of(st) +
+                                                  ", not a directory");
   }
   fail_errno(walked, "cannot open directory", err);
 }
 
 } // namespace
 
-unique_fd open_confined_dir(int base, std::string_view rel, bool create) {
+unique_fd open_confined_dir(int base, std::string_view rel, bool create,
+                            int64_t owner) {
   unique_fd cur{::fcntl(base, F_DUPFD_CLOEXEC, 0)};
   if (!cur)
     fail_errno(rel, "cannot duplicate the sandbox descriptor for", errno);
@@ -100,24 +101,28 @@ unique_fd open_confined_dir(int base, std::string_view rel, bool create) {
       end = rel.size();
     std::string name{rel.substr(start, end - start)};
     auto walked = rel.substr(0, end);
-    if (create && ::mkdirat(cur.get(), name.c_str(), 0755) != 0 &&
-        errno != EEXIST)
+    bool made = create && ::mkdirat(cur.get(), name.c_str(), 0755) == 0;
+    if (create && !made && errno != EEXIST)
       fail_errno(walked, "cannot create directory", errno);
     int fd = ::openat(cur.get(), name.c_str(),
                       O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0)
       fail_dir_component(cur.get(), name, walked, errno);
     cur.reset(fd);
+    // Through the descriptor: the name may have been swapped meanwhile.
+    if (made && owner >= 0 &&
+        ::fchown(fd, static_cast<uid_t>(owner), static_cast<gid_t>(owner)) != 0)
+      fail_errno(walked, "cannot hand over directory", errno);
     start = end + 1;
   }
   return cur;
 }
 
 void write_confined_file(int base, std::string_view rel,
-                         std::string_view content) {
+                         std::string_view content, int64_t owner) {
   check_confined(rel);
   auto [dir_rel, name] = split_last(rel);
-  auto dir = open_confined_dir(base, dir_rel, true);
+  auto dir = open_confined_dir(base, dir_rel, true, owner);
   // O_EXCL on a fresh name guarantees a new inode: whatever the runner left
   // under the final name is replaced by the rename, not written through.
   static std::atomic<uint64_t> counter{0};
@@ -135,6 +140,12 @@ void write_confined_file(int base, std::string_view rel,
   }
   if (!fd)
     fail_errno(rel, "cannot create", EEXIST);
+  if (owner >= 0 && ::fchown(fd.get(), static_cast<uid_t>(owner),
+                             static_cast<gid_t>(owner)) != 0) {
+    int err = errno;
+    ::unlinkat(dir.get(), tmp.c_str(), 0);
+    fail_errno(rel, "cannot hand over", err);
+  }
   for (size_t done = 0; done < content.size();) {
     auto n = ::write(fd.get(), content.data() + done, content.size() - done);
     if (n < 0 && errno == EINTR)
@@ -165,7 +176,7 @@ std::string read_confined_file(int base, std::string_view rel,
   // O_PATH inspects the entry without opening it: a fifo would block and a
   // device could act on open.
   unique_fd probe{
-      ::openat(dir.get(), name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC)};
+    ::openat(dir.get(), name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC)};
   if (!probe && errno == ENOENT)
     throw fs_error(provider_errc::not_found,
                    std::string(rel) + " does not exist");
@@ -179,13 +190,13 @@ std::string read_confined_file(int base, std::string_view rel,
                    std::string(rel) + " is a symlink, refusing to follow it");
   if (!S_ISREG(st.st_mode))
     throw fs_error(provider_errc::not_regular_file, std::string(rel) + " is " +
-                                                        kind_of(st) +
-                                                        ", not a regular file");
+                                                      kind_of(st) +
+                                                      ", not a regular file");
   auto too_large = [&](uint64_t size) {
     return fs_error(provider_errc::too_large,
                     std::string(rel) + " is " + std::to_string(size) +
-                        " bytes, over the " + std::to_string(max_bytes) +
-                        " byte download cap");
+                      " bytes, over the " + std::to_string(max_bytes) +
+                      " byte download cap");
   };
   if (static_cast<uint64_t>(st.st_size) > max_bytes)
     throw too_large(static_cast<uint64_t>(st.st_size));
@@ -213,18 +224,18 @@ std::string read_confined_file(int base, std::string_view rel,
   }
 }
 
-unique_fd open_confined_log(int base, std::string_view rel) {
+unique_fd open_confined_log(int base, std::string_view rel, int64_t owner) {
   check_confined(rel);
   auto [dir_rel, name] = split_last(rel);
-  auto dir = open_confined_dir(base, dir_rel, true);
+  auto dir = open_confined_dir(base, dir_rel, true, owner);
   // O_NONBLOCK so that a fifo planted under this name cannot block us.
   unique_fd fd{::openat(
-      dir.get(), name.c_str(),
-      O_RDWR | O_CREAT | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644)};
+    dir.get(), name.c_str(),
+    O_RDWR | O_CREAT | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644)};
   if (!fd && errno == ELOOP)
     throw fs_error(provider_errc::invalid_path,
                    "log " + std::string(rel) +
-                       " is a symlink, refusing to follow it");
+                     " is a symlink, refusing to follow it");
   if (!fd)
     fail_errno(rel, "cannot open log", errno);
   struct stat st;
@@ -232,8 +243,8 @@ unique_fd open_confined_log(int base, std::string_view rel) {
     fail_errno(rel, "cannot stat log", errno);
   if (!S_ISREG(st.st_mode))
     throw fs_error(provider_errc::invalid_path, "log " + std::string(rel) +
-                                                    " is " + kind_of(st) +
-                                                    ", not a regular file");
+                                                  " is " + kind_of(st) +
+                                                  ", not a regular file");
   ::fcntl(fd.get(), F_SETFL, O_APPEND);
   return fd;
 }

@@ -1,7 +1,9 @@
 #include "providers/detail/local_exec.hpp"
 
 #include "providers/detail/confined_fs.hpp"
+#include "providers/detail/exec_outcome.hpp"
 #include "providers/detail/local_sandbox.hpp"
+#include "providers/detail/output_sink.hpp"
 #include "providers/detail/pidfd.hpp"
 #include "providers/detail/process.hpp"
 
@@ -11,8 +13,10 @@
 #include <csignal>
 #include <cstring>
 #include <fcntl.h>
-#include <sstream>
+#include <optional>
+#include <poll.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 namespace sv::detail {
 
@@ -21,48 +25,18 @@ using boost::system::error_code;
 
 namespace {
 
-/// How much of stdout and of stderr a command without a log may return.
-constexpr size_t capture_cap = 1024 * 1024;
-
 /// How much one pipe read round takes before giving other handlers a turn.
-constexpr size_t read_budget = 256 * 1024;
+constexpr size_t read_budget = 1024 * 1024;
+
+/// How much more output is drained once the leader is gone: a daemon that
+/// keeps writing must not hold the result back.
+constexpr size_t final_drain = 4 * 1024 * 1024;
 
 /// How long to wait for the rest of a killed process group to die.
 constexpr std::chrono::seconds group_kill_wait{5};
 
-exec_result sandbox_failure(std::string message) {
-  exec_result r;
-  r.return_code = -1;
-  r.error_type = exec_error_type::sandbox;
-  r.message = std::move(message);
-  return r;
-}
-
-std::string seconds_text(double s) {
-  std::ostringstream out;
-  out << s << " s";
-  return out.str();
-}
-
-std::vector<std::string> build_env(const local_sandbox& sb,
-                                   const env_map& extra) {
-  // Never the service's own environment: secrets must not reach a runner.
-  env_map env{{"PATH", sandbox_path},
-              {"HOME", sb.path},
-              {"LANG", "C.UTF-8"},
-              {"PYTHONDONTWRITEBYTECODE", "1"}};
-  for (auto& [k, v] : sb.env)
-    env[k] = v;
-  for (auto& [k, v] : extra)
-    env[k] = v;
-  // Last, so no request can remove the marker stop relies on.
-  env["SV_SANDBOX_ID"] = sb.id;
-  std::vector<std::string> out;
-  out.reserve(env.size());
-  for (auto& [k, v] : env)
-    out.push_back(k + "=" + v);
-  return out;
-}
+/// How long a result waits for bwrap's init to finish its exit.
+constexpr std::chrono::seconds init_linger{5};
 
 bool make_pipe(unique_fd& rd, unique_fd& wr) {
   int p[2];
@@ -70,39 +44,28 @@ bool make_pipe(unique_fd& rd, unique_fd& wr) {
     return false;
   rd.reset(p[0]);
   wr.reset(p[1]);
+  // Fewer wake-ups under a flood; the default size is fine when refused.
+  ::fcntl(rd.get(), F_SETPIPE_SZ, 1024 * 1024);
   // The child's end blocks as a normal stdout would.
   ::fcntl(wr.get(), F_SETFL, 0);
   return true;
 }
 
+/// One read buffer per I/O thread: reads never outlive a handler.
+char* read_buffer(size_t& size) {
+  thread_local std::vector<char> buf(256 * 1024);
+  size = buf.size();
+  return buf.data();
+}
+
+std::string last_line(std::string text) {
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r'))
+    text.pop_back();
+  auto pos = text.rfind('\n');
+  return pos == std::string::npos ? text : text.substr(pos + 1);
+}
+
 } // namespace
-
-std::string sandbox_marker(const std::string& sandbox_id) {
-  return "SV_SANDBOX_ID=" + sandbox_id;
-}
-
-launch_plan make_launch_plan(const local_sandbox& sb, const exec_request& req,
-                             const exec_settings& cfg) {
-  launch_plan p;
-  p.cwd = open_confined_dir(sb.dir.get(), req.cwd, false);
-  if (!req.log_path.empty())
-    p.log = open_confined_log(sb.dir.get(), req.log_path);
-  p.timeout_s = req.timeout_s;
-  p.env = build_env(sb, req.env);
-  p.argv = req.argv;
-  const auto& name = req.argv.front();
-  if (name == cfg.python_name || name == "python3" || name == "python") {
-    p.program = cfg.python_path;
-    p.argv.front() = cfg.python_path;
-  } else if (name.find('/') != std::string::npos) {
-    p.program = name;
-  } else {
-    p.program = find_program(name, sandbox_path);
-    if (p.program.empty())
-      p.error = "program \"" + name + "\" not found on PATH " + sandbox_path;
-  }
-  return p;
-}
 
 class running_exec : public std::enable_shared_from_this<running_exec> {
 public:
@@ -110,30 +73,37 @@ public:
                int pidfd, launch_plan& plan, exec_callback done)
       : sb_(std::move(sb)), id_(id), pid_(pid), pidfd_(sb_->strand, pidfd),
         deadline_(sb_->strand),
-        out_{asio::posix::stream_descriptor{sb_->strand}, {}, false, "stdout"},
-        err_{asio::posix::stream_descriptor{sb_->strand}, {}, false, "stderr"},
-        log_(std::move(plan.log)), timeout_s_(plan.timeout_s),
-        done_(std::move(done)) {
+        out_{asio::posix::stream_descriptor{sb_->strand},
+             plan.log ? output_sink::log(plan.log.get(), plan.max_output)
+                      : output_sink::capture(plan.max_output),
+             plan.log ? "output" : "stdout"},
+        err_{asio::posix::stream_descriptor{sb_->strand},
+             output_sink::capture(plan.max_output), "stderr"},
+        log_(std::move(plan.log)), status_(sb_->strand), init_(sb_->strand),
+        linger_(sb_->strand), bwrap_(plan.bwrap), timeout_s_(plan.timeout_s),
+        done_(std::move(done)),
+        oom_before_(sb_->confinement.cgroups.oom_kills()) {
     // nop
   }
 
   /// Starts waiting for the leader, the deadline and the pipes.
-  void arm(unique_fd out, unique_fd err) {
+  void arm(unique_fd out, unique_fd err, unique_fd status) {
     auto self = shared_from_this();
+    if (status) {
+      status_.assign(status.release());
+      wait_status();
+    }
     wait_exit();
     deadline_.expires_after(
-        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-            std::chrono::duration<double>(timeout_s_)));
+      std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+        std::chrono::duration<double>(timeout_s_)));
     deadline_.async_wait(asio::bind_executor(
-        sb_->strand, [self](error_code ec) { self->on_deadline(ec); }));
-    if (out) {
-      out_.pipe.assign(out.release());
-      wait_pipe(out_);
-    }
-    if (err) {
-      err_.pipe.assign(err.release());
-      wait_pipe(err_);
-    }
+      sb_->strand, [self](error_code ec) { self->on_deadline(ec); }));
+    for (auto [c, fd] : {std::pair{&out_, &out}, std::pair{&err_, &err}})
+      if (*fd) {
+        c->pipe.assign(fd->release());
+        wait_pipe(*c);
+      }
   }
 
   void kill_for_stop() {
@@ -145,12 +115,9 @@ public:
   }
 
 private:
-  enum class kill_cause { none, deadline, stop };
-
-  struct capture {
+  struct stream {
     asio::posix::stream_descriptor pipe;
-    std::string text;
-    bool truncated;
+    output_sink sink;
     const char* name;
   };
 
@@ -169,111 +136,175 @@ private:
                       }));
   }
 
+  /// After a deadline: nothing of the command may outlive its report.
+  void kill_rest() {
+    // WNOWAIT left the leader a zombie, so its pgid is still reserved.
+    auto pred = [pg = pid_](pid_t p) { return in_process_group(p, pg); };
+    kill_and_wait(find_processes(pred), pred, group_kill_wait);
+    // The sandbox's only command: whatever escaped the group goes too.
+    if (sb_->execs.size() == 1)
+      sb_->confinement.cgroups.kill_all(true);
+  }
+
   void on_exit(error_code ec) {
     if (ec == asio::error::operation_aborted || finished_)
       return;
-    // WNOWAIT leaves the leader a zombie: its pgid stays reserved while the
-    // rest of the group is cleaned up below.
     siginfo_t info{};
     int fd = pidfd_.native_handle();
     auto idtype = static_cast<idtype_t>(P_PIDFD);
     if (::waitid(idtype, fd, &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
         info.si_pid == 0)
       return wait_exit(); // woken, but the leader still runs
-    if (killed_by_ == kill_cause::deadline) {
-      // SIGKILL to a group reaches each member on its own: wait until the
-      // whole group is gone, so that nothing outlives the report.
-      auto pred = [pg = pid_](pid_t p) { return in_process_group(p, pg); };
-      kill_and_wait(find_processes(pred), pred, group_kill_wait);
-    }
+    if (killed_by_ == kill_cause::deadline)
+      kill_rest();
     int rc = 0;
     do {
       rc = ::waitid(idtype, fd, &info, WEXITED | WNOHANG);
     } while (rc < 0 && errno == EINTR);
-    if (rc == 0 && info.si_pid != 0)
-      return finish(make_result(info));
-    finish(sandbox_failure("cannot reap process " + std::to_string(pid_) +
-                           ": " + std::strerror(rc < 0 ? errno : ECHILD)));
+    if (rc != 0 || info.si_pid == 0)
+      return finish(nullptr, "cannot reap process " + std::to_string(pid_) +
+                               ": " + std::strerror(rc < 0 ? errno : ECHILD));
+    info_ = info;
+    if (status_.is_open())
+      read_status();
+    await_init();
   }
 
-  void finish(exec_result result) {
+  // -- bwrap's status and its init -------------------------------------------
+
+  void wait_status() {
+    auto self = shared_from_this();
+    status_.async_wait(asio::posix::stream_descriptor::wait_read,
+                       asio::bind_executor(sb_->strand, [self](error_code ec) {
+                         if (!ec && !self->finished_ && self->read_status())
+                           self->wait_status();
+                       }));
+  }
+
+  /// Reads bwrap's status; false at EOF. On "child-pid" (written right
+  /// after bwrap cloned its init, which then lives until the command's end)
+  /// the init is pinned by a pidfd.
+  bool read_status() {
+    size_t size = 0;
+    auto* buf = read_buffer(size);
+    ssize_t n = 0;
+    while ((n = ::read(status_.native_handle(), buf, size)) > 0)
+      if (status_text_.size() < 65536)
+        status_text_.append(buf, static_cast<size_t>(n));
+    auto pos = status_text_.find("\"child-pid\":");
+    if (!init_.is_open() && pos != std::string::npos) {
+      auto pid = std::atoi(status_text_.c_str() + pos + 12);
+      int fd = pid > 0 ? ::pidfd_open(pid, 0) : -1;
+      if (fd >= 0)
+        init_.assign(fd);
+    }
+    return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+  }
+
+  /// bwrap reports its command's end while its init is still tearing the
+  /// namespaces down: the result waits for that (bounded), so nothing of
+  /// the command outlives its report.
+  void await_init() {
+    pollfd p{init_.is_open() ? init_.native_handle() : -1, POLLIN, 0};
+    if (!init_.is_open() || ::poll(&p, 1, 0) != 0)
+      return finish(&*info_);
+    auto self = shared_from_this();
+    auto done = [self](error_code ec) {
+      if (ec != asio::error::operation_aborted && !self->finished_)
+        self->finish(&*self->info_);
+    };
+    linger_.expires_after(init_linger);
+    linger_.async_wait(asio::bind_executor(sb_->strand, done));
+    init_.async_wait(asio::posix::stream_descriptor::wait_read,
+                     asio::bind_executor(sb_->strand, done));
+  }
+
+  exec_ending ending(const siginfo_t& info) {
+    exec_ending e;
+    e.code = info.si_code;
+    e.status = info.si_status;
+    e.killed_by = killed_by_;
+    e.timeout_s = timeout_s_;
+    e.bwrap = bwrap_;
+    read_bwrap_status(status_text_, e);
+    auto& cg = sb_->confinement.cgroups;
+    e.oom_kills = cg.oom_kills() - std::min(cg.oom_kills(), oom_before_);
+    e.memory_bytes = cg.memory_bytes();
+    e.disk_bytes = sb_->confinement.disk_bytes;
+    e.last_line =
+      last_line(log_ ? read_tail(log_.get(), 512) : err_.sink.text());
+    return e;
+  }
+
+  void finish(const siginfo_t* info, std::string failure = {}) {
     finished_ = true;
     deadline_.cancel();
     // Whatever the leader wrote is in the pipes by now; children that
     // still hold them open do not delay the result.
     for (auto* c : {&out_, &err_}) {
       if (c->pipe.is_open())
-        read_pipe(*c, capture_cap + read_budget);
+        read_pipe(*c, final_drain);
       error_code ignored;
       c->pipe.close(ignored);
+      c->sink.finish();
     }
     error_code ignored;
-    pidfd_.close(ignored);
-    result.stdout_text = std::move(out_.text);
-    result.stderr_text = std::move(err_.text);
-    for (auto* c : {&out_, &err_})
-      if (c->truncated)
-        result.message += std::string{"; "} + c->name + " truncated to " +
-                          std::to_string(capture_cap) + " bytes";
-    if (log_)
-      result.log_tail = read_tail(log_.get(), log_tail_bytes);
+    for (auto* fd : {&pidfd_, &status_, &init_})
+      fd->close(ignored);
+    linger_.cancel();
+    auto result =
+      info ? describe_ending(ending(*info)) : sandbox_failure(failure);
+    add_output(result);
     auto keep_alive = shared_from_this();
     sb_->execs.erase(id_);
     auto done = std::move(done_);
     done(std::move(result));
   }
 
-  exec_result make_result(const siginfo_t& info) {
-    exec_result r;
-    if (info.si_code == CLD_EXITED) {
-      r.return_code = info.si_status;
-      r.message = "exited with status " + std::to_string(info.si_status);
-      return r;
+  void add_output(exec_result& result) {
+    for (auto* c : {&out_, &err_}) {
+      auto& sink = c->sink;
+      if (sink.dropped() > 0)
+        result.message += std::string{"; "} + c->name +
+                          " truncated: " + std::to_string(sink.dropped()) +
+                          " of " + std::to_string(sink.total()) +
+                          " bytes dropped";
+      if (!sink.write_error().empty())
+        result.message += "; cannot write the log: " + sink.write_error();
     }
-    r.return_code = 128 + info.si_status;
-    if (killed_by_ == kill_cause::deadline) {
-      r.error_type = exec_error_type::timeout;
-      r.message = "killed at its " + seconds_text(timeout_s_) + " deadline";
-      return r;
-    }
-    r.error_type = exec_error_type::killed;
-    r.message = "killed by signal " + describe_signal(info.si_status);
-    if (info.si_code == CLD_DUMPED)
-      r.message += ", core dumped";
-    if (killed_by_ == kill_cause::stop)
-      r.message += " when its sandbox was stopped";
-    return r;
+    result.stdout_text = std::move(out_.sink.text());
+    result.stderr_text = std::move(err_.sink.text());
+    if (log_)
+      result.log_tail = read_tail(log_.get(), log_tail_bytes);
   }
 
-  void wait_pipe(capture& c) {
+  void wait_pipe(stream& c) {
     auto self = shared_from_this();
     c.pipe.async_wait(
-        asio::posix::stream_descriptor::wait_read,
-        asio::bind_executor(sb_->strand, [self, &c](error_code ec) {
-          if (ec || self->finished_)
-            return;
-          if (self->read_pipe(c, read_budget))
-            self->wait_pipe(c);
-        }));
+      asio::posix::stream_descriptor::wait_read,
+      asio::bind_executor(sb_->strand, [self, &c](error_code ec) {
+        if (ec || self->finished_)
+          return;
+        if (self->read_pipe(c, read_budget))
+          self->wait_pipe(c);
+      }));
   }
 
   /// Reads what the pipe holds, at most `budget` bytes. All reads happen
   /// here, on the strand, so the drain at exit never races an async read.
   /// Returns false at EOF or on an error.
-  bool read_pipe(capture& c, size_t budget) {
-    char buf[65536];
+  bool read_pipe(stream& c, size_t budget) {
+    size_t size = 0;
+    auto* buf = read_buffer(size);
     for (size_t total = 0; total < budget;) {
-      auto n = ::read(c.pipe.native_handle(), buf, sizeof buf);
+      auto n = ::read(c.pipe.native_handle(), buf, size);
       if (n < 0 && errno == EINTR)
         continue;
       if (n < 0)
         return errno == EAGAIN || errno == EWOULDBLOCK;
       if (n == 0)
         return false;
-      auto take = std::min(static_cast<size_t>(n),
-                           capture_cap - std::min(capture_cap, c.text.size()));
-      c.text.append(buf, take);
-      c.truncated = c.truncated || take < static_cast<size_t>(n);
+      c.sink.write(buf, static_cast<size_t>(n));
       total += static_cast<size_t>(n);
     }
     return true;
@@ -284,11 +315,19 @@ private:
   pid_t pid_;
   asio::posix::stream_descriptor pidfd_;
   asio::steady_timer deadline_;
-  capture out_;
-  capture err_;
+  stream out_;
+  stream err_;
   unique_fd log_;
+  asio::posix::stream_descriptor status_;
+  std::string status_text_;
+  /// A pidfd of bwrap's init, the last process of the command to go.
+  asio::posix::stream_descriptor init_;
+  asio::steady_timer linger_;
+  std::optional<siginfo_t> info_;
+  bool bwrap_;
   double timeout_s_;
   exec_callback done_;
+  uint64_t oom_before_;
   kill_cause killed_by_ = kill_cause::none;
   bool finished_ = false;
 };
@@ -301,8 +340,10 @@ void start_exec(const std::shared_ptr<local_sandbox>& sb, uint64_t id,
                 launch_plan plan, exec_callback done) {
   if (!plan.error.empty())
     return done(sandbox_failure(plan.error));
-  unique_fd out_rd, out_wr, err_rd, err_wr;
-  if (!plan.log && (!make_pipe(out_rd, out_wr) || !make_pipe(err_rd, err_wr)))
+  // With a log, stdout and stderr share one pipe, interleaved as written.
+  unique_fd out_rd, out_wr, err_rd, err_wr, status_rd, status_wr;
+  if (!make_pipe(out_rd, out_wr) || (!plan.log && !make_pipe(err_rd, err_wr)) ||
+      (plan.bwrap && !make_pipe(status_rd, status_wr)))
     return done(sandbox_failure(std::string{"cannot create pipes: "} +
                                 std::strerror(errno)));
   spawn_spec spec;
@@ -310,29 +351,25 @@ void start_exec(const std::shared_ptr<local_sandbox>& sb, uint64_t id,
   spec.argv = plan.argv;
   spec.env = plan.env;
   spec.cwd_fd = plan.cwd.get();
-  spec.stdout_fd = plan.log ? plan.log.get() : out_wr.get();
-  spec.stderr_fd = plan.log ? plan.log.get() : err_wr.get();
+  spec.stdout_fd = out_wr.get();
+  spec.stderr_fd = plan.log ? out_wr.get() : err_wr.get();
+  spec.extra_fd = status_wr.get();
+  spec.cgroup_procs_fds = sb->confinement.cgroups.join_fds();
+  spec.rlimits = plan.rlimits;
   int err = 0;
-  auto pid = spawn_process(spec, err);
+  int pidfd = -1;
+  auto pid = spawn_process(spec, err, &pidfd);
   // Only the child holds the write ends now.
   out_wr.reset();
   err_wr.reset();
+  status_wr.reset();
   if (pid < 0)
     return done(sandbox_failure("cannot run " + plan.program + ": " +
                                 std::strerror(err)));
-  int pidfd = ::pidfd_open(pid, 0);
-  if (pidfd < 0) {
-    int e = errno;
-    ::kill(-pid, SIGKILL);
-    int status = 0;
-    ::waitpid(pid, &status, 0);
-    return done(sandbox_failure("cannot watch " + plan.program + ": " +
-                                std::strerror(e)));
-  }
   auto x =
-      std::make_shared<running_exec>(sb, id, pid, pidfd, plan, std::move(done));
+    std::make_shared<running_exec>(sb, id, pid, pidfd, plan, std::move(done));
   sb->execs.emplace(id, x);
-  x->arm(std::move(out_rd), std::move(err_rd));
+  x->arm(std::move(out_rd), std::move(err_rd), std::move(status_rd));
 }
 
 } // namespace sv::detail

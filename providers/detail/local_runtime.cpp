@@ -6,6 +6,7 @@
 #include "providers/detail/local_exec.hpp"
 #include "providers/detail/local_sandbox.hpp"
 #include "providers/detail/process.hpp"
+#include "providers/detail/sandbox_lifecycle.hpp"
 
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/executor_work_guard.hpp>
@@ -31,11 +32,6 @@ namespace asio = boost::asio;
 
 namespace {
 
-/// Rounds of "find marked processes, kill them, wait" at stop. A fork bomb
-/// may need several; each round waits at most `kill_wait`.
-constexpr int max_kill_rounds = 20;
-constexpr std::chrono::seconds kill_wait{2};
-
 /// How long provider shutdown waits for the I/O threads to finish the last
 /// stops before it abandons what is left.
 constexpr std::chrono::seconds shutdown_wait{30};
@@ -51,7 +47,7 @@ caf::message no_such_sandbox(const std::string& id) {
 
 std::chrono::steady_clock::duration to_duration(double seconds) {
   return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-      std::chrono::duration<double>(seconds));
+    std::chrono::duration<double>(seconds));
 }
 
 } // namespace
@@ -62,6 +58,7 @@ struct local_runtime::impl {
         work(asio::make_work_guard(io)) {
     exec_cfg.python_name = cfg.python_name;
     exec_cfg.python_path = cfg.python_path;
+    exec_cfg.isolation = cfg.isolation;
   }
 
   runtime_settings cfg;
@@ -146,22 +143,16 @@ struct local_runtime::impl {
     if (is_shutting_down())
       return unavailable();
     // The file system work happens outside the lock: the actor takes it too.
-    auto path = cfg.root + "/" + id;
-    if (::mkdirat(root.get(), id.c_str(), 0700) != 0)
+    std::shared_ptr<local_sandbox> sb;
+    try {
+      sb = make_local_sandbox(*cfg.isolation, root.get(), cfg.root, id, spec,
+                              asio::make_strand(io));
+    } catch (const fs_error& e) {
+      return error_reply(e.code(), e.what());
+    } catch (const std::exception& e) {
       return error_reply(provider_errc::sandbox_error,
-                         "cannot create sandbox directory " + path + ": " +
-                             std::strerror(errno));
-    unique_fd dir{::openat(root.get(), id.c_str(),
-                           O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)};
-    if (!dir) {
-      auto err = errno;
-      remove_tree(path);
-      return error_reply(provider_errc::sandbox_error,
-                         "cannot open sandbox directory " + path + ": " +
-                             std::strerror(err));
+                         "cannot create sandbox " + id + ": " + e.what());
     }
-    auto sb = std::make_shared<local_sandbox>(asio::make_strand(io), id, path,
-                                              std::move(dir), spec.env);
     {
       std::lock_guard<std::mutex> guard{mtx};
       if (!shutting_down) {
@@ -173,8 +164,7 @@ struct local_runtime::impl {
       }
     }
     // Shutdown began meanwhile and will not see this sandbox.
-    sb->dir.reset();
-    remove_tree(path);
+    teardown_local_sandbox(*sb);
     return unavailable();
   }
 
@@ -184,41 +174,16 @@ struct local_runtime::impl {
       return;
     sb->ttl.expires_after(to_duration(ttl_s));
     sb->ttl.async_wait(asio::bind_executor(
-        sb->strand, [this, id{sb->id}](boost::system::error_code ec) {
-          if (!ec)
-            send(caf::make_message(expired_atom::value, id));
-        }));
+      sb->strand, [this, id{sb->id}](boost::system::error_code ec) {
+        if (!ec)
+          send(caf::make_message(expired_atom::value, id));
+      }));
   }
 
-  /// Kills every process of `sb` and removes its directory. Runs on the
-  /// sandbox's strand (or alone, at shutdown).
+  /// Kills every process of `sb` and removes it. Runs on the sandbox's
+  /// strand (or alone, at shutdown).
   caf::error stop_sandbox(local_sandbox& sb) {
-    sb.stopped = true;
-    sb.ttl.cancel();
-    // The groups first: cheap, and it catches members that scrubbed their
-    // environment. Then everything marked, including setsid daemons, until
-    // a scan finds nothing.
-    for (auto& entry : sb.execs)
-      kill_for_stop(*entry.second);
-    auto marker = sandbox_marker(sb.id);
-    auto marked = [&marker](pid_t p) { return has_env_entry(p, marker); };
-    size_t survivors = 0;
-    for (int round = 0; round <= max_kill_rounds; ++round) {
-      auto pids = find_processes(marked);
-      survivors = pids.size();
-      if (pids.empty() || round == max_kill_rounds)
-        break;
-      kill_and_wait(pids, marked, kill_wait);
-    }
-    sb.dir.reset();
-    auto removed = remove_tree(sb.path);
-    if (survivors > 0)
-      return make_error(provider_errc::sandbox_error,
-                        std::to_string(survivors) + " processes of sandbox " +
-                            sb.id + " survived SIGKILL");
-    if (!removed.empty())
-      return make_error(provider_errc::io_error, removed);
-    return caf::none;
+    return teardown_local_sandbox(sb);
   }
 
   // -- threads ---------------------------------------------------------------
@@ -290,7 +255,7 @@ local_runtime::local_runtime(runtime_settings cfg,
                              const caf::actor_addr& provider)
     : impl_(std::make_shared<impl>(std::move(cfg), provider)) {
   impl_->root.reset(
-      ::open(impl_->cfg.root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    ::open(impl_->cfg.root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!impl_->root)
     throw std::runtime_error("local provider: cannot open root " +
                              impl_->cfg.root + ": " + std::strerror(errno));
@@ -316,38 +281,38 @@ void local_runtime::create(uint64_t req, const std::string& id,
 
 void local_runtime::upload(uint64_t req, const std::string& id, std::string dir,
                            file_map files) {
-  impl_->on_strand(
-      req, id,
-      [dir{std::move(dir)},
-       files{std::move(files)}](const std::shared_ptr<local_sandbox>& sb) {
-        for (auto& [path, content] : files)
-          write_confined_file(sb->dir.get(),
-                              dir.empty() ? path : dir + "/" + path, content);
-        return caf::make_message(ok_atom::value);
-      });
+  impl_->on_strand(req, id,
+                   [dir{std::move(dir)}, files{std::move(files)}](
+                     const std::shared_ptr<local_sandbox>& sb) {
+                     for (auto& [path, content] : files)
+                       write_confined_file(
+                         sb->dir.get(), dir.empty() ? path : dir + "/" + path,
+                         content, sb->confinement.uid.uid);
+                     return caf::make_message(ok_atom::value);
+                   });
 }
 
 void local_runtime::exec(uint64_t req, const std::string& id, exec_request x) {
   auto* p = impl_.get();
   p->on_strand(
-      req, id,
-      [p, req, x{std::move(x)}](const std::shared_ptr<local_sandbox>& sb) {
-        auto plan = make_launch_plan(*sb, x, p->exec_cfg);
-        start_exec(sb, req, std::move(plan), [p, req](exec_result r) {
-          p->reply(req, caf::make_message(std::move(r)));
-        });
-        return caf::message{};
+    req, id,
+    [p, req, x{std::move(x)}](const std::shared_ptr<local_sandbox>& sb) {
+      auto plan = make_launch_plan(*sb, x, p->exec_cfg);
+      start_exec(sb, req, std::move(plan), [p, req](exec_result r) {
+        p->reply(req, caf::make_message(std::move(r)));
       });
+      return caf::message{};
+    });
 }
 
 void local_runtime::download(uint64_t req, const std::string& id,
                              std::string path) {
   auto max = impl_->cfg.max_download_bytes;
   impl_->on_strand(
-      req, id,
-      [path{std::move(path)}, max](const std::shared_ptr<local_sandbox>& sb) {
-        return caf::make_message(read_confined_file(sb->dir.get(), path, max));
-      });
+    req, id,
+    [path{std::move(path)}, max](const std::shared_ptr<local_sandbox>& sb) {
+      return caf::make_message(read_confined_file(sb->dir.get(), path, max));
+    });
 }
 
 void local_runtime::stop(uint64_t req, const std::string& id) {

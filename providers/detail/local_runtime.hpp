@@ -20,6 +20,8 @@ class actor_addr;
 
 namespace sv::detail {
 
+struct isolation_settings;
+
 /// Tags a finished I/O call.
 using io_done_atom = caf::atom_constant<caf::atom("io_done")>;
 
@@ -32,6 +34,7 @@ struct runtime_settings {
   std::string python_path;
   uint64_t max_download_bytes = 0;
   size_t io_threads = 1;
+  std::shared_ptr<const isolation_settings> isolation;
 };
 
 class local_runtime {
@@ -47,7 +50,7 @@ public:
   local_runtime(const local_runtime&) = delete;
   local_runtime& operator=(const local_runtime&) = delete;
 
-  /// Makes the directory of sandbox `id`; replies `ok_atom`.
+  /// Makes sandbox `id` (directory, uid, cgroups); replies `ok_atom`.
   void create(uint64_t req, const std::string& id, const sandbox_spec& spec);
 
   /// Writes `files` below `dir`; replies `ok_atom`.

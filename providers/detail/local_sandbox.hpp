@@ -4,6 +4,7 @@
 // it includes Asio, so only the provider's own sources include it.
 
 #include "messages/protocol.hpp"
+#include "providers/detail/confinement.hpp"
 #include "providers/detail/unique_fd.hpp"
 
 #include <boost/asio/io_context.hpp>
@@ -33,8 +34,11 @@ struct local_sandbox {
 
   /// The sandbox id, also the value of the SV_SANDBOX_ID marker.
   const std::string id;
-  /// Absolute path of the sandbox directory (HOME of its commands).
+  /// Absolute path of the sandbox directory on the host.
   const std::string path;
+  /// Where its commands see the directory (HOME): `path`, or the spec's
+  /// workdir under bwrap.
+  std::string workdir;
   /// The sandbox directory, the base of every confined path walk.
   unique_fd dir;
   /// Environment from the sandbox spec, applied to every exec.
@@ -45,6 +49,8 @@ struct local_sandbox {
   boost::asio::steady_timer ttl;
   /// Commands whose leader has not been reaped yet, by request id.
   std::map<uint64_t, std::shared_ptr<running_exec>> execs;
+  /// Its uid, tmpfs and cgroups; released by stop.
+  sandbox_confinement confinement;
   /// Set once by stop: later calls find no sandbox.
   bool stopped = false;
 };

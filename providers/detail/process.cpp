@@ -10,52 +10,15 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
-#include <spawn.h>
+#include <sstream>
 #include <stdexcept>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-extern char** environ;
-
 namespace sv::detail {
 
 namespace {
-
-/// Owns the attribute objects of one posix_spawn call.
-struct spawn_setup {
-  posix_spawn_file_actions_t actions;
-  posix_spawnattr_t attr;
-
-  spawn_setup() {
-    posix_spawn_file_actions_init(&actions);
-    posix_spawnattr_init(&attr);
-  }
-
-  ~spawn_setup() {
-    posix_spawn_file_actions_destroy(&actions);
-    posix_spawnattr_destroy(&attr);
-  }
-
-  spawn_setup(const spawn_setup&) = delete;
-  spawn_setup& operator=(const spawn_setup&) = delete;
-};
-
-void redirect(posix_spawn_file_actions_t& fa, int fd, int target) {
-  if (fd >= 0)
-    posix_spawn_file_actions_adddup2(&fa, fd, target);
-  else
-    posix_spawn_file_actions_addopen(&fa, target, "/dev/null", O_WRONLY, 0);
-}
-
-std::vector<char*> c_strings(const std::vector<std::string>& xs) {
-  std::vector<char*> out;
-  out.reserve(xs.size() + 1);
-  for (auto& x : xs)
-    out.push_back(const_cast<char*>(x.c_str()));
-  out.push_back(nullptr);
-  return out;
-}
 
 /// Reads a whole (small) file of /proc; empty when it cannot.
 std::string read_proc_file(const std::string& path) {
@@ -96,38 +59,6 @@ bool is_alive_state(char state) {
 
 } // namespace
 
-pid_t spawn_process(const spawn_spec& spec, int& err) {
-  spawn_setup s;
-  posix_spawn_file_actions_addopen(&s.actions, 0, "/dev/null", O_RDONLY, 0);
-  redirect(s.actions, spec.stdout_fd, 1);
-  redirect(s.actions, spec.stderr_fd, 2);
-  if (spec.cwd_fd >= 0)
-    posix_spawn_file_actions_addfchdir_np(&s.actions, spec.cwd_fd);
-  // Whatever other descriptors the service holds without O_CLOEXEC stay
-  // out of the sandbox.
-  posix_spawn_file_actions_addclosefrom_np(&s.actions, 3);
-  short flags = POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF;
-  if (spec.new_process_group) {
-    flags |= POSIX_SPAWN_SETPGROUP;
-    posix_spawnattr_setpgroup(&s.attr, 0);
-  }
-  // The service may block or ignore signals (SIGPIPE, ...); a runner
-  // starts with the defaults.
-  sigset_t none;
-  sigset_t all;
-  sigemptyset(&none);
-  sigfillset(&all);
-  posix_spawnattr_setsigmask(&s.attr, &none);
-  posix_spawnattr_setsigdefault(&s.attr, &all);
-  posix_spawnattr_setflags(&s.attr, flags);
-  auto argv = c_strings(spec.argv);
-  auto envp = c_strings(spec.env);
-  pid_t pid = -1;
-  err = ::posix_spawn(&pid, spec.program.c_str(), &s.actions, &s.attr,
-                      argv.data(), spec.inherit_env ? environ : envp.data());
-  return err == 0 ? pid : -1;
-}
-
 std::string find_program(std::string_view name, std::string_view path_list) {
   if (name.empty() || name.find('/') != std::string_view::npos)
     return {};
@@ -165,6 +96,43 @@ bool has_env_entry(pid_t pid, std::string_view entry) {
   if (text.back() != '\0')
     text += '\0';
   return text.find(needle) != std::string::npos;
+}
+
+std::string env_value(pid_t pid, std::string_view name) {
+  auto text = read_proc_file("/proc/" + std::to_string(pid) + "/environ");
+  for (size_t pos = 0; pos < text.size();) {
+    auto end = text.find('\0', pos);
+    if (end == std::string::npos)
+      end = text.size();
+    std::string_view entry{text.data() + pos, end - pos};
+    if (entry.size() > name.size() && entry[name.size()] == '=' &&
+        entry.compare(0, name.size(), name) == 0)
+      return std::string{entry.substr(name.size() + 1)};
+    pos = end + 1;
+  }
+  return {};
+}
+
+uint64_t process_start_time(pid_t pid) {
+  auto text = read_proc_file("/proc/" + std::to_string(pid) + "/stat");
+  auto pos = text.rfind(')');
+  if (pos == std::string::npos)
+    return 0;
+  // Fields 3 (state) to 21 come first, then 22 (starttime).
+  std::istringstream in{text.substr(pos + 2)};
+  std::string field;
+  for (int i = 3; i <= 21 && in >> field; ++i) {
+    // skip state .. itrealvalue
+  }
+  uint64_t start = 0;
+  in >> start;
+  return start;
+}
+
+const std::string& instance_tag() {
+  static const std::string tag = std::to_string(::getpid()) + "-" +
+                                 std::to_string(process_start_time(::getpid()));
+  return tag;
 }
 
 bool in_process_group(pid_t pid, pid_t pgid) {
@@ -207,7 +175,7 @@ size_t kill_and_wait(const std::vector<pid_t>& pids,
   auto deadline = std::chrono::steady_clock::now() + timeout;
   while (!pinned.empty()) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
+      deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0)
       break;
     std::vector<pollfd> fds;
@@ -226,14 +194,21 @@ size_t kill_and_wait(const std::vector<pid_t>& pids,
   return pinned.size();
 }
 
+size_t kill_matching(const std::function<bool(pid_t)>& pred, int rounds) {
+  for (int round = 0;; ++round) {
+    auto pids = find_processes(pred);
+    if (pids.empty() || round == rounds)
+      return pids.size();
+    kill_and_wait(pids, pred, std::chrono::seconds{2});
+  }
+}
+
 std::string describe_signal(int sig) {
   std::string out = std::to_string(sig);
   if (auto* abbrev = ::sigabbrev_np(sig))
     out += std::string{" (SIG"} + abbrev + ")";
   return out;
 }
-
-namespace {
 
 /// Runs `spec` with stdout and stderr into one pipe; returns the output,
 /// or throws when it cannot run, times out or fails.
@@ -254,7 +229,7 @@ std::string run_and_capture(spawn_spec spec, std::chrono::seconds timeout) {
   auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
+      deadline - std::chrono::steady_clock::now());
     pollfd pfd{rd.get(), POLLIN, 0};
     if (left.count() <= 0 ||
         ::poll(&pfd, 1, static_cast<int>(left.count())) == 0)
@@ -282,22 +257,23 @@ std::string run_and_capture(spawn_spec spec, std::chrono::seconds timeout) {
   return out;
 }
 
-} // namespace
-
-std::string resolve_python(const std::string& python) {
+python_install resolve_python_install(const std::string& python) {
   std::string path = python;
   if (python.find('/') == std::string::npos) {
     const char* env_path = std::getenv("PATH");
     path = find_program(python, env_path ? env_path : "/usr/bin:/bin");
     if (path.empty())
       throw std::runtime_error(
-          "local provider: python interpreter \"" + python +
-          "\" not found on PATH; install python3 or set the provider's "
-          "\"python\" setting to an interpreter's absolute path");
+        "local provider: python interpreter \"" + python +
+        "\" not found on PATH; install python3 or set the provider's "
+        "\"python\" setting to an interpreter's absolute path");
   }
   spawn_spec spec;
   spec.program = path;
-  spec.argv = {path, "-c", "import sys; print(sys.executable)"};
+  spec.argv = {path, "-c",
+               "import os, sys; print(sys.executable); "
+               "print(os.path.dirname(os.path.realpath(sys.executable))); "
+               "print(sys.prefix); print(sys.base_prefix)"};
   // A pyenv shim needs the service's own environment to find its version.
   spec.inherit_env = true;
   spec.new_process_group = false;
@@ -308,13 +284,30 @@ std::string resolve_python(const std::string& python) {
     throw std::runtime_error("local provider: cannot ask python \"" + python +
                              "\" for sys.executable: " + e.what());
   }
-  while (!out.empty() && (out.back() == '\n' || out.back() == '\r'))
-    out.pop_back();
-  if (out.empty() || out.front() != '/' || ::access(out.c_str(), X_OK) != 0)
+  std::vector<std::string> lines;
+  for (size_t pos = 0; pos < out.size();) {
+    auto end = out.find('\n', pos);
+    if (end == std::string::npos)
+      end = out.size();
+    lines.push_back(out.substr(pos, end - pos));
+    pos = end + 1;
+  }
+  auto exe = lines.empty() ? std::string{} : lines.front();
+  if (exe.empty() || exe.front() != '/' || ::access(exe.c_str(), X_OK) != 0)
     throw std::runtime_error("local provider: python \"" + python +
-                             "\" reports sys.executable \"" + out +
+                             "\" reports sys.executable \"" + exe +
                              "\", which is not an executable absolute path");
-  return out;
+  python_install out_install{exe, {}};
+  auto slash = exe.rfind('/');
+  out_install.roots.push_back(slash == 0 ? "/" : exe.substr(0, slash));
+  for (size_t i = 1; i < lines.size(); ++i)
+    if (!lines[i].empty() && lines[i].front() == '/')
+      out_install.roots.push_back(lines[i]);
+  return out_install;
+}
+
+std::string resolve_python(const std::string& python) {
+  return resolve_python_install(python).executable;
 }
 
 } // namespace sv::detail

@@ -1,0 +1,128 @@
+#include "providers/detail/confinement.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <sys/file.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+
+namespace sv::detail {
+
+namespace {
+
+/// Undoes mountinfo's octal escapes ("\040" for a space).
+std::string unescape(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '\\' && i + 3 < s.size()) {
+      auto digits = s.substr(i + 1, 3);
+      if (digits.find_first_not_of("01234567") == std::string::npos) {
+        out += static_cast<char>(std::stoi(digits, nullptr, 8));
+        i += 3;
+        continue;
+      }
+    }
+    out += s[i];
+  }
+  return out;
+}
+
+} // namespace
+
+uid_pool::uid_pool(std::string lock_dir, uint32_t base, uint32_t count)
+    : lock_dir_(std::move(lock_dir)), base_(base), count_(count) {
+  // nop
+}
+
+uid_lease uid_pool::lease() {
+  if (::mkdir(lock_dir_.c_str(), 0700) != 0 && errno != EEXIST)
+    throw std::runtime_error("cannot create " + lock_dir_ + ": " +
+                             std::strerror(errno));
+  // Round robin from where the last lease ended: a uid just given back is
+  // the last one reused, in case a straggler of its sandbox still runs.
+  for (uint32_t tries = 0; tries < count_; ++tries) {
+    auto slot = next_.fetch_add(1) % count_;
+    auto uid = static_cast<int64_t>(base_) + slot;
+    auto path = lock_dir_ + "/" + std::to_string(uid) + ".lock";
+    unique_fd fd{
+      ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600)};
+    if (!fd)
+      throw std::runtime_error("cannot open " + path + ": " +
+                               std::strerror(errno));
+    if (::flock(fd.get(), LOCK_EX | LOCK_NB) == 0)
+      return uid_lease{uid, std::move(fd)};
+  }
+  return {};
+}
+
+void mount_sandbox_tmpfs(const std::string& path, uint64_t bytes, int64_t uid) {
+  std::string options = "size=" + std::to_string(bytes) + ",mode=0700";
+  // Inodes cost kernel memory too: about one per KiB of space.
+  options +=
+    ",nr_inodes=" + std::to_string(std::max<uint64_t>(4096, bytes / 1024));
+  if (uid >= 0)
+    options += ",uid=" + std::to_string(uid) + ",gid=" + std::to_string(uid);
+  if (::mount("sv-sandbox", path.c_str(), "tmpfs", MS_NOSUID | MS_NODEV,
+              options.c_str()) != 0)
+    throw std::runtime_error("cannot mount a tmpfs on " + path + ": " +
+                             std::strerror(errno));
+}
+
+std::vector<std::string> mounts_below(const std::string& path) {
+  std::vector<std::string> out;
+  std::ifstream in{"/proc/self/mountinfo"};
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream fields{line};
+    std::string id, parent, dev, root, point;
+    fields >> id >> parent >> dev >> root >> point;
+    point = unescape(point);
+    if (point == path ||
+        (point.size() > path.size() &&
+         point.compare(0, path.size(), path) == 0 && point[path.size()] == '/'))
+      out.push_back(point);
+  }
+  return out;
+}
+
+std::string unmount_tree(const std::string& path) {
+  auto points = mounts_below(path);
+  // Deepest first; a path mounted twice appears twice and is unmounted
+  // twice.
+  std::stable_sort(points.begin(), points.end(),
+                   [](const std::string& a, const std::string& b) {
+                     return a.size() > b.size();
+                   });
+  std::string failed;
+  for (auto& point : points) {
+    if (::umount2(point.c_str(), UMOUNT_NOFOLLOW) == 0)
+      continue;
+    if (errno == EBUSY &&
+        ::umount2(point.c_str(), UMOUNT_NOFOLLOW | MNT_DETACH) == 0)
+      continue;
+    if (errno == EINVAL || errno == ENOENT)
+      continue; // gone already, with its parent
+    failed += (failed.empty() ? "cannot unmount " : ", ") + point + ": " +
+              std::strerror(errno);
+  }
+  return failed;
+}
+
+std::string remove_sandbox_dir(const std::string& path) {
+  auto failed = unmount_tree(path);
+  // remove_all never follows symlinks: it unlinks the link itself.
+  std::error_code ec;
+  std::filesystem::remove_all(path, ec);
+  if (ec)
+    failed += (failed.empty() ? "cannot remove " : "; cannot remove ") + path +
+              ": " + ec.message();
+  return failed;
+}
+
+} // namespace sv::detail

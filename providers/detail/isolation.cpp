@@ -1,0 +1,347 @@
+#include "providers/detail/isolation.hpp"
+
+#include "providers/detail/process.hpp"
+#include "providers/local.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <dirent.h>
+#include <mutex>
+#include <set>
+#include <spdlog/spdlog.h>
+#include <stdexcept>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace sv::detail {
+
+namespace {
+
+/// Where uid leases are locked, shared by every provider on the host.
+constexpr const char* uid_lock_dir = "/run/sv-sandbox-uids";
+
+/// Whether `path` is `dir` or below it.
+bool is_within(const std::string& path, const std::string& dir) {
+  if (dir == "/")
+    return true;
+  return path == dir ||
+         (path.size() > dir.size() && path.compare(0, dir.size(), dir) == 0 &&
+          path[dir.size()] == '/');
+}
+
+bool is_empty_dir(const std::string& path) {
+  auto* dir = ::opendir(path.c_str());
+  if (dir == nullptr)
+    return false;
+  size_t entries = 0;
+  while (auto* e = ::readdir(dir))
+    entries +=
+      std::string_view{e->d_name} != "." && std::string_view{e->d_name} != "..";
+  ::closedir(dir);
+  return entries == 0;
+}
+
+std::vector<std::string> list_root() {
+  std::vector<std::string> out;
+  if (auto* dir = ::opendir("/")) {
+    while (auto* e = ::readdir(dir)) {
+      std::string name = e->d_name;
+      if (name != "." && name != "..")
+        out.push_back(name);
+    }
+    ::closedir(dir);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void add(std::vector<std::string>& args,
+         std::initializer_list<std::string> xs) {
+  args.insert(args.end(), xs);
+}
+
+/// A private, world-writable tmpfs of `bytes` (charged to the writer's
+/// memory cgroup).
+void add_scratch(std::vector<std::string>& args, const std::string& path,
+                 uint64_t bytes) {
+  add(args,
+      {"--perms", "1777", "--size", std::to_string(bytes), "--tmpfs", path});
+}
+
+/// One top-level entry of the host in the sandbox's view.
+void add_top_level(isolation_settings& s, const std::string& name) {
+  auto path = "/" + name;
+  auto& args = s.host_view;
+  if (name == "proc" || name == "dev" || name == "tmp")
+    return; // private, added by the caller
+  if (std::find(s.hidden.begin(), s.hidden.end(), path) != s.hidden.end()) {
+    struct stat st;
+    if (::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+      add(args, {"--perms", "0755", "--tmpfs", path});
+    return;
+  }
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0)
+    return;
+  if (S_ISLNK(st.st_mode)) {
+    char target[4096];
+    auto n = ::readlink(path.c_str(), target, sizeof target - 1);
+    if (n > 0)
+      add(args,
+          {"--symlink", std::string(target, static_cast<size_t>(n)), path});
+  } else if (S_ISDIR(st.st_mode) || S_ISREG(st.st_mode)) {
+    add(args, {"--ro-bind", path, path});
+  }
+}
+
+/// Makes `path` visible below the hidden `hidden_dir`, through directories
+/// anyone may traverse.
+void reveal(std::vector<std::string>& args, const std::string& hidden_dir,
+            const std::string& path) {
+  for (auto pos = path.find('/', hidden_dir.size() + 1);
+       pos != std::string::npos; pos = path.find('/', pos + 1))
+    add(args, {"--perms", "0755", "--dir", path.substr(0, pos)});
+  add(args, {"--ro-bind", path, path});
+}
+
+void build_host_view(isolation_settings& s, const python_install& python) {
+  auto scratch = s.default_disk_mib * 1024 * 1024;
+  s.top_level = list_root();
+  for (auto& name : s.top_level)
+    add_top_level(s, name);
+  add(s.host_view, {"--proc", "/proc", "--dev", "/dev"});
+  add_scratch(s.host_view, "/dev/shm", scratch);
+  add_scratch(s.host_view, "/tmp", scratch);
+  for (auto& path : s.hidden) {
+    struct stat st;
+    // Top-level ones are done; /tmp, /dev and /proc are private anyway.
+    if (std::count(path.begin(), path.end(), '/') < 2 ||
+        is_within(path, "/tmp") || is_within(path, "/dev") ||
+        is_within(path, "/proc") || ::lstat(path.c_str(), &st) != 0)
+      continue;
+    if (S_ISDIR(st.st_mode))
+      add(s.host_view, {"--perms", "0755", "--tmpfs", path});
+    else
+      add(s.host_view, {"--ro-bind", "/dev/null", path});
+  }
+  // The interpreter may live in a hidden home (pyenv under /root): show
+  // exactly its installation again, read-only, outermost first.
+  auto roots = python.roots;
+  std::sort(roots.begin(), roots.end(),
+            [](auto& a, auto& b) { return a.size() < b.size(); });
+  std::vector<std::string> shown;
+  for (auto& root : roots)
+    for (auto& hidden : s.hidden)
+      if (is_within(root, hidden) && root != hidden &&
+          std::none_of(shown.begin(), shown.end(),
+                       [&](auto& x) { return is_within(root, x); })) {
+        reveal(s.host_view, hidden, root);
+        shown.push_back(root);
+      }
+}
+
+/// Runs the interpreter through the full bwrap command once: a mode that
+/// cannot run a sandbox must fail here, not on the first submission.
+/// Once per command line and process: a provider restarted by a supervisor
+/// (possibly on a scheduler thread) does not pay for the probe again.
+void probe_bwrap(const isolation_settings& s, const std::string& python) {
+  static std::mutex mtx;
+  static std::set<std::vector<std::string>> passed;
+  spawn_spec spec;
+  spec.argv = bwrap_command(s, "", "", "", s.uids ? s.uids->base() : -1,
+                            {python, "-c", "import sys"});
+  {
+    std::lock_guard<std::mutex> guard{mtx};
+    if (passed.count(spec.argv) > 0)
+      return;
+  }
+  spec.program = spec.argv.front();
+  spec.env = {"PATH=/usr/bin:/bin"};
+  spec.new_process_group = false;
+  run_and_capture(spec, std::chrono::seconds{30});
+  std::lock_guard<std::mutex> guard{mtx};
+  passed.insert(spec.argv);
+}
+
+std::string find_on_path(const std::string& name) {
+  const char* path = std::getenv("PATH");
+  auto found = find_program(name, path ? path : "/usr/bin:/bin");
+  return found.empty() ? find_program(name, "/usr/bin:/bin") : found;
+}
+
+/// Settles on bwrap or none; `explicit_bwrap` turns a failure into an error.
+void choose_mode(isolation_settings& s, bool explicit_bwrap,
+                 const python_install& python) {
+  auto fail = [&](const std::string& why) {
+    if (explicit_bwrap)
+      throw std::runtime_error("local provider: isolation \"bwrap\" cannot "
+                               "work here: " +
+                               why +
+                               "; install bubblewrap (scripts/setup.sh) or "
+                               "set \"isolation\": \"none\"");
+    spdlog::warn("local provider: bubblewrap unusable ({}), sandboxes run "
+                 "WITHOUT isolation",
+                 why);
+    s.mode = isolation_mode::none;
+    s.uids.reset();
+  };
+  s.bwrap = find_on_path("bwrap");
+  if (s.bwrap.empty())
+    return fail("bwrap not found on PATH");
+  if (s.privileged) {
+    s.setpriv = find_on_path("setpriv");
+    if (s.setpriv.empty())
+      return fail("setpriv (util-linux) not found on PATH");
+  }
+  s.mode = isolation_mode::bwrap;
+  try {
+    probe_bwrap(s, python.executable);
+  } catch (const std::exception& e) {
+    fail(std::string{"a trial run failed: "} + e.what());
+  }
+}
+
+} // namespace
+
+isolation_settings prepare_isolation(const local_provider_config& cfg,
+                                     const std::string& root,
+                                     const python_install& python) {
+  if (!cfg.isolation.empty() && cfg.isolation != "bwrap" &&
+      cfg.isolation != "none")
+    throw std::runtime_error("local provider: isolation must be \"bwrap\" "
+                             "or \"none\", not \"" +
+                             cfg.isolation + "\"");
+  isolation_settings s;
+  s.privileged = ::geteuid() == 0;
+  s.max_processes = cfg.max_processes;
+  s.max_log_bytes = cfg.max_log_bytes;
+  s.default_memory_mib = cfg.default_memory_mib;
+  s.default_disk_mib = cfg.default_disk_mib;
+  s.hidden = cfg.hide_paths;
+  // Other sandboxes' directories, wherever the root is.
+  s.hidden.push_back(root);
+  if (s.privileged) {
+    s.cgroups = detect_cgroups(cfg.cgroup_parent);
+    s.tmpfs_dirs = true;
+  }
+  if (cfg.isolation == "none")
+    return s;
+  if (s.privileged)
+    s.uids = std::make_shared<uid_pool>(uid_lock_dir,
+                                        static_cast<uint32_t>(cfg.uid_base),
+                                        static_cast<uint32_t>(cfg.uid_count));
+  build_host_view(s, python);
+  choose_mode(s, cfg.isolation == "bwrap", python);
+  return s;
+}
+
+void log_isolation(const isolation_settings& s) {
+  std::string hidden;
+  for (auto& path : s.hidden)
+    hidden += (hidden.empty() ? "" : ", ") + path;
+  if (s.mode == isolation_mode::bwrap)
+    spdlog::info("local provider: isolation bwrap: new pid, net, ipc, uts "
+                 "and cgroup namespaces, host read-only, private /tmp and "
+                 "/dev, hidden {}, {}",
+                 hidden,
+                 s.uids
+                   ? "uids " + std::to_string(s.uids->base()) + ".." +
+                       std::to_string(s.uids->base() + s.uids->count() - 1) +
+                       ", one per sandbox"
+                   : "the service's own uid (not root)");
+  else
+    spdlog::warn("local provider: isolation none: sandboxes run as the "
+                 "service's uid {} and see, write and signal what it can",
+                 ::geteuid());
+  auto& cg = s.cgroups;
+  auto memory = s.default_memory_mib == 0
+                  ? std::string{"no default limit"}
+                  : "default " + std::to_string(s.default_memory_mib) + " MiB";
+  spdlog::info(
+    "local provider: limits per sandbox: processes {}{}, memory {}{}, disk "
+    "default {} MiB{}, cpu from resources.cpu{}, output {} bytes per exec "
+    "(the rest dropped), CPU time by the exec deadline (SIGKILL)",
+    s.max_processes,
+    !cg.pids.empty() ? " (pids cgroup)"
+    : s.uids         ? " (RLIMIT_NPROC of the sandbox uid only)"
+                     : " (NOT enforced)",
+    memory, cg.memory.empty() ? " (NOT enforced)" : " (memory cgroup)",
+    s.default_disk_mib,
+    s.tmpfs_dirs ? " (tmpfs per sandbox)" : " (RLIMIT_FSIZE per file only)",
+    cg.cpu.empty() ? " (NOT enforced)" : " (cpu cgroup quota)",
+    s.max_log_bytes);
+  for (auto& problem : cg.problems)
+    spdlog::warn("local provider: cgroup limit not enforced: {}", problem);
+  if (!s.privileged)
+    spdlog::warn("local provider: not root: no per-sandbox cgroups (memory, "
+                 "processes), no tmpfs disk limit, no uid per sandbox; "
+                 "RLIMIT_FSIZE bounds single files only");
+  else if (cg.pids.empty() && !s.uids)
+    spdlog::warn("local provider: no per-sandbox process limit holds "
+                 "(no pids cgroup; RLIMIT_NPROC is ignored for root)");
+}
+
+std::string check_workdir(const isolation_settings& s,
+                          const std::string& workdir) {
+  if (s.mode != isolation_mode::bwrap)
+    return {};
+  auto bad = [&](const std::string& why) {
+    return "workdir \"" + workdir + "\": " + why;
+  };
+  if (workdir.size() < 2 || workdir.front() != '/' || workdir.back() == '/' ||
+      workdir.find("//") != std::string::npos ||
+      workdir.find("/./") != std::string::npos ||
+      workdir.find("/../") != std::string::npos ||
+      workdir.compare(workdir.size() - 2, 2, "/.") == 0 ||
+      workdir.compare(workdir.size() - 3, 3, "/..") == 0)
+    return bad("must be an absolute, normalized path other than /");
+  if (is_within(workdir, "/tmp") && workdir != "/tmp")
+    return {};
+  for (auto& hidden : s.hidden)
+    if (is_within(workdir, hidden) && workdir != hidden)
+      return {};
+  // A new top-level directory is made in bwrap's own root; an existing
+  // one must be an empty directory (a mount point made for it).
+  auto top = workdir.substr(1);
+  if (top.find('/') == std::string::npos &&
+      (std::find(s.top_level.begin(), s.top_level.end(), top) ==
+         s.top_level.end() ||
+       is_empty_dir(workdir)))
+    return {};
+  return bad("the host's file system is read-only in the sandbox: use a new "
+             "top-level directory (like /sandbox) or one below /tmp");
+}
+
+std::vector<std::string> bwrap_command(const isolation_settings& s,
+                                       const std::string& host_dir,
+                                       const std::string& workdir,
+                                       const std::string& cwd, int64_t uid,
+                                       const std::vector<std::string>& argv) {
+  std::vector<std::string> out{
+    s.bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
+    "--unshare-cgroup-try", "--hostname", "sandbox", "--die-with-parent",
+    // No TIOCSTI into the service's terminal.
+    "--new-session"};
+  if (!host_dir.empty())
+    add(out, {"--json-status-fd", "3"});
+  out.insert(out.end(), s.host_view.begin(), s.host_view.end());
+  auto dir = workdir.empty() ? std::string{"/"} : workdir;
+  if (!host_dir.empty())
+    add(out, {"--bind", host_dir, workdir});
+  add(out, {"--chdir", cwd.empty() ? dir : dir + "/" + cwd});
+  if (s.privileged && uid >= 0) {
+    // bwrap as root keeps the host's uid 0 (without a user namespace):
+    // setpriv drops to the sandbox's own uid before the command runs.
+    add(out, {"--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--",
+              s.setpriv, "--reuid=" + std::to_string(uid),
+              "--regid=" + std::to_string(uid), "--clear-groups",
+              "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs"});
+  } else if (!s.privileged) {
+    add(out, {"--unshare-user", "--disable-userns"});
+  }
+  out.push_back("--");
+  out.insert(out.end(), argv.begin(), argv.end());
+  return out;
+}
+
+} // namespace sv::detail

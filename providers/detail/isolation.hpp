@@ -1,0 +1,76 @@
+#pragma once
+
+// How the local provider confines sandboxes on this host, decided once at
+// start: the isolation mode (bubblewrap or none), what the host lets it
+// enforce (uids, tmpfs disks and cgroups need root), and the bwrap command
+// line of an exec. The README's "Isolation and limits" explains the model.
+
+#include "providers/detail/cgroups.hpp"
+#include "providers/detail/confinement.hpp"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace sv {
+struct local_provider_config;
+} // namespace sv
+
+namespace sv::detail {
+
+struct python_install;
+
+enum class isolation_mode { none, bwrap };
+
+/// What every sandbox of a provider gets, and what holds.
+struct isolation_settings {
+  isolation_mode mode = isolation_mode::none;
+  /// Whether the service runs as root: uids, mounts and cgroups work.
+  bool privileged = false;
+  /// bubblewrap, and setpriv that drops to the sandbox's uid inside it.
+  std::string bwrap;
+  std::string setpriv;
+  /// bwrap arguments that build the sandbox's view of the host.
+  std::vector<std::string> host_view;
+  /// Top-level entries of the host, which a workdir must not replace.
+  std::vector<std::string> top_level;
+  /// Paths hidden behind an empty tmpfs.
+  std::vector<std::string> hidden;
+  cgroup_layout cgroups;
+  /// Uids for sandboxes; null when processes keep the service's uid.
+  std::shared_ptr<uid_pool> uids;
+  /// Whether each sandbox directory is a size-limited tmpfs.
+  bool tmpfs_dirs = false;
+  uint64_t max_processes = 0;
+  uint64_t max_log_bytes = 0;
+  uint64_t default_memory_mib = 0;
+  uint64_t default_disk_mib = 0;
+};
+
+/// Decides the mode for `cfg` (the sandbox root is `root`, the interpreter
+/// `python`), probing bwrap with a real run. Throws std::runtime_error when
+/// the mode `cfg` asks for explicitly cannot work here.
+isolation_settings prepare_isolation(const local_provider_config& cfg,
+                                     const std::string& root,
+                                     const python_install& python);
+
+/// Logs the mode and which limits hold (info), and every limit that does
+/// not (warn).
+void log_isolation(const isolation_settings& s);
+
+/// Why `workdir` cannot hold the sandbox in this mode, or "".
+std::string check_workdir(const isolation_settings& s,
+                          const std::string& workdir);
+
+/// The command that runs `argv` (argv[0] an absolute program path) in a
+/// bwrap sandbox whose directory `host_dir` appears at `workdir`, in its
+/// subdirectory `cwd`, as `uid` (-1: the service's). bwrap writes its
+/// status to fd 3.
+std::vector<std::string> bwrap_command(const isolation_settings& s,
+                                       const std::string& host_dir,
+                                       const std::string& workdir,
+                                       const std::string& cwd, int64_t uid,
+                                       const std::vector<std::string>& argv);
+
+} // namespace sv::detail

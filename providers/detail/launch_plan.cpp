@@ -1,0 +1,95 @@
+#include "providers/detail/launch_plan.hpp"
+
+#include "providers/detail/confined_fs.hpp"
+#include "providers/detail/isolation.hpp"
+#include "providers/detail/local_sandbox.hpp"
+#include "providers/detail/process.hpp"
+
+#include <cerrno>
+#include <cstring>
+#include <unistd.h>
+
+namespace sv::detail {
+
+namespace {
+
+std::vector<std::string> build_env(const local_sandbox& sb,
+                                   const env_map& extra) {
+  // Never the service's own environment: secrets must not reach a runner.
+  env_map env{{"PATH", sandbox_path},
+              {"HOME", sb.workdir},
+              {"LANG", "C.UTF-8"},
+              {"PYTHONDONTWRITEBYTECODE", "1"}};
+  for (auto& [k, v] : sb.env)
+    env[k] = v;
+  for (auto& [k, v] : extra)
+    env[k] = v;
+  // Last, so no request can remove the marker stop relies on.
+  env["SV_SANDBOX_ID"] = sb.id;
+  std::vector<std::string> out;
+  out.reserve(env.size());
+  for (auto& [k, v] : env)
+    out.push_back(k + "=" + v);
+  return out;
+}
+
+std::vector<std::pair<int, rlim_t>> limits_for(const local_sandbox& sb,
+                                               const isolation_settings& iso) {
+  // No core files: they would fill the sandbox's disk for nothing.
+  std::vector<std::pair<int, rlim_t>> out{{RLIMIT_CORE, 0}};
+  // Counted per uid, so it only means something for a uid of its own.
+  if (sb.confinement.uid.uid >= 0 && iso.max_processes > 0)
+    out.emplace_back(RLIMIT_NPROC, iso.max_processes);
+  // A tmpfs of its own bounds the sandbox's disk with a plain ENOSPC;
+  // without one, a file size limit is all that holds (per file).
+  if (!sb.confinement.mounted && sb.confinement.disk_bytes > 0)
+    out.emplace_back(RLIMIT_FSIZE, sb.confinement.disk_bytes);
+  return out;
+}
+
+} // namespace
+
+std::string sandbox_marker(const std::string& sandbox_id) {
+  return "SV_SANDBOX_ID=" + sandbox_id;
+}
+
+launch_plan make_launch_plan(const local_sandbox& sb, const exec_request& req,
+                             const exec_settings& cfg) {
+  launch_plan p;
+  p.cwd = open_confined_dir(sb.dir.get(), req.cwd, false);
+  if (!req.log_path.empty())
+    p.log =
+      open_confined_log(sb.dir.get(), req.log_path, sb.confinement.uid.uid);
+  p.timeout_s = req.timeout_s;
+  p.env = build_env(sb, req.env);
+  p.argv = req.argv;
+  const auto& name = req.argv.front();
+  if (name == cfg.python_name || name == "python3" || name == "python") {
+    p.program = cfg.python_path;
+    p.argv.front() = cfg.python_path;
+  } else if (name.find('/') != std::string::npos) {
+    p.program = name;
+    // Checked here, as the sandbox will see it (the same host paths): under
+    // bwrap a missing program would look like the runner's exit 127.
+    if (::faccessat(p.cwd.get(), name.c_str(), X_OK, 0) != 0)
+      p.error = "cannot run " + name + ": " + std::strerror(errno);
+  } else {
+    p.program = find_program(name, sandbox_path);
+    if (p.program.empty())
+      p.error = "program \"" + name + "\" not found on PATH " + sandbox_path;
+  }
+  const auto& iso = *cfg.isolation;
+  p.max_output = iso.max_log_bytes;
+  p.rlimits = limits_for(sb, iso);
+  if (iso.mode == isolation_mode::bwrap && p.error.empty()) {
+    auto argv = std::move(p.argv);
+    argv.front() = p.program;
+    p.argv = bwrap_command(iso, sb.path, sb.workdir, req.cwd,
+                           sb.confinement.uid.uid, argv);
+    p.program = iso.bwrap;
+    p.bwrap = true;
+  }
+  return p;
+}
+
+} // namespace sv::detail

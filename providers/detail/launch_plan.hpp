@@ -1,0 +1,65 @@
+#pragma once
+
+// What an exec runs: the program resolved, the environment built, the
+// descriptors open, the limits chosen and, under bwrap, the whole command
+// wrapped. Runs on the sandbox's strand.
+
+#include "messages/protocol.hpp"
+#include "providers/detail/unique_fd.hpp"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <sys/resource.h>
+#include <utility>
+#include <vector>
+
+namespace sv::detail {
+
+struct local_sandbox;
+struct isolation_settings;
+
+/// The PATH of every sandbox command, also where bare program names are
+/// looked up.
+inline constexpr const char* sandbox_path = "/usr/local/bin:/usr/bin:/bin";
+
+/// The environment entry that marks every process of a sandbox.
+std::string sandbox_marker(const std::string& sandbox_id);
+
+/// Settings every exec of a provider shares.
+struct exec_settings {
+  /// The configured interpreter name; argv[0] equal to it (or to "python3"
+  /// or "python") runs `python_path`.
+  std::string python_name;
+  /// The interpreter resolved when the provider started.
+  std::string python_path;
+  /// The isolation mode and limits.
+  std::shared_ptr<const isolation_settings> isolation;
+};
+
+/// A command ready to spawn: environment built, descriptors open.
+struct launch_plan {
+  /// Path for execve; empty when the program was not found (see `error`).
+  std::string program;
+  std::vector<std::string> argv;
+  std::vector<std::string> env;
+  unique_fd cwd;
+  /// The log stdout and stderr append to; without one, both are captured.
+  unique_fd log;
+  double timeout_s = 0;
+  /// Resource limits of the command's processes.
+  std::vector<std::pair<int, rlim_t>> rlimits;
+  /// Whether `program` is bubblewrap, with a status fd.
+  bool bwrap = false;
+  /// Most bytes of output kept (the log, or each captured stream).
+  uint64_t max_output = 0;
+  /// Why the program cannot run at all.
+  std::string error;
+};
+
+/// Builds the plan of `req` in `sb`. Throws `fs_error` for a cwd or log path
+/// that is missing or leads through a symlink.
+launch_plan make_launch_plan(const local_sandbox& sb, const exec_request& req,
+                             const exec_settings& cfg);
+
+} // namespace sv::detail

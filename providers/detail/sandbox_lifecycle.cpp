@@ -1,0 +1,105 @@
+#include "providers/detail/sandbox_lifecycle.hpp"
+
+#include "messages/errors.hpp"
+#include "providers/detail/confined_fs.hpp"
+#include "providers/detail/isolation.hpp"
+#include "providers/detail/local_exec.hpp"
+#include "providers/detail/process.hpp"
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace sv::detail {
+
+namespace {
+
+constexpr uint64_t mib = 1024 * 1024;
+
+} // namespace
+
+std::shared_ptr<local_sandbox>
+make_local_sandbox(const isolation_settings& iso, int root_fd,
+                   const std::string& root, const std::string& id,
+                   const sandbox_spec& spec, io_strand strand) {
+  if (auto why = check_workdir(iso, spec.workdir); !why.empty())
+    throw fs_error(provider_errc::invalid_argument, why);
+  auto path = root + "/" + id;
+  sandbox_confinement conf;
+  auto& res = spec.resources;
+  conf.disk_bytes =
+    res.disk_gib > 0
+      ? static_cast<uint64_t>(std::ceil(res.disk_gib * 1024)) * mib
+      : iso.default_disk_mib * mib;
+  if (iso.uids) {
+    conf.uid = iso.uids->lease();
+    if (conf.uid.uid < 0)
+      throw std::runtime_error("all " + std::to_string(iso.uids->count()) +
+                               " sandbox uids are in use");
+  }
+  if (::mkdirat(root_fd, id.c_str(), 0700) != 0)
+    throw std::runtime_error("cannot create sandbox directory " + path + ": " +
+                             std::strerror(errno));
+  try {
+    if (iso.tmpfs_dirs) {
+      mount_sandbox_tmpfs(path, conf.disk_bytes, conf.uid.uid);
+      conf.mounted = true;
+    }
+    cgroup_limits limits;
+    limits.max_processes = iso.max_processes;
+    limits.memory_bytes = res.memory_mib > 0
+                            ? static_cast<uint64_t>(res.memory_mib) * mib
+                            : iso.default_memory_mib * mib;
+    limits.cpus = res.cpu;
+    conf.cgroups = sandbox_cgroups{iso.cgroups, id, limits};
+    unique_fd dir{::openat(root_fd, id.c_str(),
+                           O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)};
+    if (!dir)
+      throw std::runtime_error("cannot open sandbox directory " + path + ": " +
+                               std::strerror(errno));
+    auto sb = std::make_shared<local_sandbox>(strand, id, path, std::move(dir),
+                                              spec.env);
+    sb->workdir = iso.mode == isolation_mode::bwrap ? spec.workdir : path;
+    sb->confinement = std::move(conf);
+    return sb;
+  } catch (...) {
+    conf.cgroups.remove();
+    remove_sandbox_dir(path);
+    throw;
+  }
+}
+
+caf::error teardown_local_sandbox(local_sandbox& sb) {
+  sb.stopped = true;
+  sb.ttl.cancel();
+  // The groups first: cheap. Then the cgroups, which hold every process
+  // however it was started, with forks refused. Then, as a last sweep,
+  // whatever carries the marker (a sandbox without cgroups).
+  for (auto& entry : sb.execs)
+    kill_for_stop(*entry.second);
+  auto& conf = sb.confinement;
+  auto survivors = conf.cgroups.kill_all(false);
+  auto marker = sandbox_marker(sb.id);
+  survivors +=
+    kill_matching([&marker](pid_t p) { return has_env_entry(p, marker); });
+  // The cgroups before the directory: a directory gone means everything
+  // but the uid is gone.
+  std::string failed = survivors == 0 ? conf.cgroups.remove() : "";
+  sb.dir.reset();
+  auto removed = remove_sandbox_dir(sb.path);
+  if (!removed.empty())
+    failed += (failed.empty() ? "" : "; ") + removed;
+  conf.uid = uid_lease{};
+  if (survivors > 0)
+    return make_error(provider_errc::sandbox_error,
+                      std::to_string(survivors) + " processes of sandbox " +
+                        sb.id + " survived SIGKILL");
+  if (!failed.empty())
+    return make_error(provider_errc::io_error, failed);
+  return caf::none;
+}
+
+} // namespace sv::detail

@@ -1,0 +1,124 @@
+// The settings of a `{"local": {...}}` provider block.
+
+#include "messages/json.hpp"
+#include "providers/local.hpp"
+
+namespace sv {
+
+namespace {
+
+template <class F>
+void read_field(const json& j, const char* key, F&& read) {
+  auto i = j.find(key);
+  if (i != j.end())
+    read(*i);
+}
+
+uint64_t read_count(const json& v, const char* key, uint64_t min,
+                    uint64_t max) {
+  if (!v.is_number_integer() || v.get<int64_t>() < 0 ||
+      v.get<uint64_t>() < min || v.get<uint64_t>() > max)
+    throw json_error(key, "expected an integer in [" + std::to_string(min) +
+                            ", " + std::to_string(max) + "]");
+  return v.get<uint64_t>();
+}
+
+std::string read_string(const json& v, const char* key, bool allow_empty) {
+  if (!v.is_string())
+    throw json_error(key,
+                     std::string{"expected a string, got "} + v.type_name());
+  auto out = v.get<std::string>();
+  if (out.empty() && !allow_empty)
+    throw json_error(key, "must not be empty");
+  return out;
+}
+
+/// Absolute paths without "." or ".." components or a trailing slash.
+std::vector<std::string> read_paths(const json& v, const char* key) {
+  if (!v.is_array())
+    throw json_error(key,
+                     std::string{"expected an array, got "} + v.type_name());
+  std::vector<std::string> out;
+  for (auto& item : v) {
+    auto path = read_string(item, key, false);
+    if (path.front() != '/' || path == "/" || path.back() == '/' ||
+        path.find("/.") != std::string::npos ||
+        path.find("//") != std::string::npos)
+      throw json_error(key, "\"" + path +
+                              "\" is not an absolute, normalized path "
+                              "other than /");
+    out.push_back(path);
+  }
+  return out;
+}
+
+void read_limits(const json& settings, local_provider_config& cfg) {
+  constexpr uint64_t tib = uint64_t{1} << 40;
+  read_field(settings, "max_processes", [&](const json& v) {
+    cfg.max_processes = read_count(v, "max_processes", 8, 1 << 22);
+  });
+  read_field(settings, "max_log_bytes", [&](const json& v) {
+    cfg.max_log_bytes = read_count(v, "max_log_bytes", 4096, tib);
+  });
+  read_field(settings, "default_memory_mib", [&](const json& v) {
+    cfg.default_memory_mib = read_count(v, "default_memory_mib", 0, 1 << 24);
+  });
+  read_field(settings, "default_disk_mib", [&](const json& v) {
+    cfg.default_disk_mib = read_count(v, "default_disk_mib", 1, 1 << 24);
+  });
+}
+
+void read_isolation(const json& settings, local_provider_config& cfg) {
+  read_field(settings, "isolation", [&](const json& v) {
+    cfg.isolation = read_string(v, "isolation", false);
+    if (cfg.isolation != "bwrap" && cfg.isolation != "none")
+      throw json_error("isolation", "expected \"bwrap\" or \"none\", got \"" +
+                                      cfg.isolation + "\"");
+  });
+  read_field(settings, "hide_paths", [&](const json& v) {
+    cfg.hide_paths = read_paths(v, "hide_paths");
+  });
+  read_field(settings, "uid_base", [&](const json& v) {
+    cfg.uid_base = read_count(v, "uid_base", 1000, (uint64_t{1} << 31) - 1);
+  });
+  read_field(settings, "uid_count", [&](const json& v) {
+    cfg.uid_count = read_count(v, "uid_count", 1, 1 << 20);
+  });
+  read_field(settings, "cgroup_parent", [&](const json& v) {
+    cfg.cgroup_parent = read_string(v, "cgroup_parent", false);
+    if (cfg.cgroup_parent.front() == '/' ||
+        cfg.cgroup_parent.find("..") != std::string::npos)
+      throw json_error("cgroup_parent",
+                       "expected a relative path without \"..\"");
+  });
+}
+
+} // namespace
+
+local_provider_config parse_local_provider_config(const json& settings) {
+  local_provider_config cfg;
+  if (settings.is_null())
+    return cfg;
+  check_object(settings, "local provider settings",
+               {"root", "python", "max_download_bytes", "io_threads",
+                "isolation", "hide_paths", "max_processes", "max_log_bytes",
+                "default_memory_mib", "default_disk_mib", "uid_base",
+                "uid_count", "cgroup_parent"});
+  read_field(settings, "root",
+             [&](const json& v) { cfg.root = read_string(v, "root", true); });
+  read_field(settings, "python", [&](const json& v) {
+    cfg.python = read_string(v, "python", false);
+  });
+  read_field(settings, "max_download_bytes", [&](const json& v) {
+    cfg.max_download_bytes =
+      read_count(v, "max_download_bytes", 1, uint64_t{1} << 40);
+  });
+  read_field(settings, "io_threads", [&](const json& v) {
+    cfg.io_threads = read_count(v, "io_threads", 1, 64);
+  });
+  read_limits(settings, cfg);
+  read_isolation(settings, cfg);
+  return cfg;
+}
+
+} // namespace sv
