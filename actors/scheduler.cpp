@@ -120,8 +120,10 @@ private:
 /// with many runnable actors (100,000 verifications in flight) every steal
 /// cost O(queue length) and stalled the victim.
 struct lean_stealing : caf::policy::work_stealing {
-  /// Polls before a worker goes to sleep on its condition variable.
-  static constexpr size_t spin_polls = 200;
+  /// Polls before a worker goes to sleep on its condition variable. Few:
+  /// the cores are the sandboxes' (every poll yields the CPU, and a sleeping
+  /// worker is woken by the next job from outside).
+  static constexpr size_t spin_polls = 16;
   /// How long a sleeping worker waits before trying to steal again.
   static constexpr auto nap = std::chrono::milliseconds(10);
 

@@ -14,11 +14,11 @@
 #include "messages/validation.hpp"
 
 #include <atomic>
-#include <cstdio>
 #include <caf/after.hpp>
 #include <caf/event_based_actor.hpp>
 #include <caf/sec.hpp>
 #include <caf/stateful_actor.hpp>
+#include <cstdio>
 #include <spdlog/spdlog.h>
 
 namespace sv {
@@ -400,19 +400,18 @@ void enter_exec(self_ptr self) {
   self
     ->request(st.provider, seconds(deadline_s), exec_atom::value, st.handle,
               std::move(cmd))
-    .then([=](exec_result& res) { on_exec_result(self, res); },
-          [=](caf::error& err) {
-            if (err != caf::sec::request_timeout) {
-              fail_provider(self, err, deadline_s);
-              return;
-            }
-            fail(self, failure_kind::verifier_error, failure_cause::timeout,
-                 "no report of the runner within its " +
-                   format_seconds(self->state.req.exec_timeout_s) +
-                   " deadline (+" +
-                   format_seconds(self->state.req.config.exec_grace_s) +
-                   " grace)");
-          });
+    .then(
+      [=](exec_result& res) { on_exec_result(self, res); },
+      [=](caf::error& err) {
+        if (err != caf::sec::request_timeout) {
+          fail_provider(self, err, deadline_s);
+          return;
+        }
+        fail(self, failure_kind::verifier_error, failure_cause::timeout,
+             "no report of the runner within its " +
+               format_seconds(self->state.req.exec_timeout_s) + " deadline (+" +
+               format_seconds(self->state.req.config.exec_grace_s) + " grace)");
+      });
 }
 
 /// download: result.json. A missing, odd or oversized file is the runner's

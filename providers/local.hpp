@@ -27,8 +27,10 @@ struct local_provider_config {
   std::string python = "python3";
   /// Largest file `download` returns.
   uint64_t max_download_bytes = 16 * 1024 * 1024;
-  /// Threads that run file I/O and await child processes.
-  size_t io_threads = 2;
+  /// Threads that run file I/O and await child processes. Their work blocks
+  /// (a stop unmounts and removes cgroups for milliseconds), so a create
+  /// should always find one free.
+  size_t io_threads = 4;
 
   // -- isolation and limits (README: "Isolation and limits") ---------------
 
@@ -44,6 +46,10 @@ struct local_provider_config {
   uint64_t default_memory_mib = 2048;
   /// Disk space of a sandbox whose spec sets none.
   uint64_t default_disk_mib = 1024;
+  /// Niceness of every sandbox process (0 to 19). Above 0, the runtime's own
+  /// short bursts of work (create, stop, the actors) never wait behind
+  /// CPU-bound runners for a core; a runner alone on a core loses nothing.
+  uint64_t sandbox_nice = 10;
   /// Sandboxes run as uids uid_base .. uid_base + uid_count - 1 (bwrap, as
   /// root), each its own while it lives.
   uint64_t uid_base = 100000;

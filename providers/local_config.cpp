@@ -66,6 +66,9 @@ void read_limits(const json& settings, local_provider_config& cfg) {
   read_field(settings, "default_disk_mib", [&](const json& v) {
     cfg.default_disk_mib = read_count(v, "default_disk_mib", 1, 1 << 24);
   });
+  read_field(settings, "sandbox_nice", [&](const json& v) {
+    cfg.sandbox_nice = read_count(v, "sandbox_nice", 0, 19);
+  });
 }
 
 void read_isolation(const json& settings, local_provider_config& cfg) {
@@ -102,8 +105,8 @@ local_provider_config parse_local_provider_config(const json& settings) {
   check_object(settings, "local provider settings",
                {"root", "python", "max_download_bytes", "io_threads",
                 "isolation", "hide_paths", "max_processes", "max_log_bytes",
-                "default_memory_mib", "default_disk_mib", "uid_base",
-                "uid_count", "cgroup_parent"});
+                "default_memory_mib", "default_disk_mib", "sandbox_nice",
+                "uid_base", "uid_count", "cgroup_parent"});
   read_field(settings, "root",
              [&](const json& v) { cfg.root = read_string(v, "root", true); });
   read_field(settings, "python", [&](const json& v) {

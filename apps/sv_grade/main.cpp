@@ -325,6 +325,7 @@ int run(const cli_options& opts) {
   auto wall_s = writer->elapsed_s();
   auto stats = fetch_stats(sys, supervisor);
   memory.end_kib = proc_status_kib("VmRSS:");
+  std::tie(memory.cpu_user_s, memory.cpu_system_s) = own_cpu_seconds();
   memory.peak_kib = proc_status_kib("VmHWM:");
   shut_down(sys, driver, supervisor, *providers);
   auto& summary = writer->summary_for_update();

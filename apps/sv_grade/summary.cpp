@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <sys/resource.h>
 
 namespace sv::grade {
 
@@ -140,10 +141,14 @@ std::string batch_summary::render(double wall_s) const {
              std::to_string(s.crashed) + ", provider restarts " +
              std::to_string(s.provider_restarts) + "\n";
   }
-  if (memory_)
+  if (memory_) {
     out += "  memory       rss start " + fixed(memory_->start_kib / 1024.0, 1) +
            " MiB, peak " + fixed(memory_->peak_kib / 1024.0, 1) + " MiB, end " +
            fixed(memory_->end_kib / 1024.0, 1) + " MiB\n";
+    out += "  own cpu      " + fixed(memory_->cpu_user_s, 2) + " s user, " +
+           fixed(memory_->cpu_system_s, 2) +
+           " s system (sv-grade's threads, not the sandboxes)\n";
+  }
   return out;
 }
 
@@ -169,11 +174,23 @@ json batch_summary::to_json(double wall_s) const {
            {"per_s", wall_s > 0 ? static_cast<double>(graded_) / wall_s : 0}};
   if (stats_)
     out["supervisor"] = *stats_;
-  if (memory_)
+  if (memory_) {
     out["memory_kib"] = json{{"rss_start", memory_->start_kib},
                              {"rss_peak", memory_->peak_kib},
                              {"rss_end", memory_->end_kib}};
+    out["own_cpu_s"] =
+      json{{"user", memory_->cpu_user_s}, {"system", memory_->cpu_system_s}};
+  }
   return out;
+}
+
+std::pair<double, double> own_cpu_seconds() {
+  rusage usage{};
+  ::getrusage(RUSAGE_SELF, &usage);
+  auto seconds = [](const timeval& tv) {
+    return static_cast<double>(tv.tv_sec) + tv.tv_usec / 1e6;
+  };
+  return {seconds(usage.ru_utime), seconds(usage.ru_stime)};
 }
 
 uint64_t proc_status_kib(const char* field) {

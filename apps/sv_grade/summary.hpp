@@ -23,12 +23,18 @@ std::string format_duration(double seconds);
 /// A field of /proc/self/status in KiB ("VmRSS:", "VmHWM:"); 0 if missing.
 uint64_t proc_status_kib(const char* field);
 
-/// Memory of the sv-grade process over a batch, KiB.
+/// Memory and CPU of the sv-grade process itself over a batch (its own
+/// threads, not the sandboxes' processes).
 struct memory_use {
   uint64_t start_kib = 0;
   uint64_t peak_kib = 0;
   uint64_t end_kib = 0;
+  double cpu_user_s = 0;
+  double cpu_system_s = 0;
 };
+
+/// CPU seconds (user, system) this process's own threads used so far.
+std::pair<double, double> own_cpu_seconds();
 
 class batch_summary {
 public:

@@ -217,6 +217,7 @@ isolation_settings prepare_isolation(const local_provider_config& cfg,
   s.max_log_bytes = cfg.max_log_bytes;
   s.default_memory_mib = cfg.default_memory_mib;
   s.default_disk_mib = cfg.default_disk_mib;
+  s.nice = static_cast<int>(cfg.sandbox_nice);
   s.hidden = cfg.hide_paths;
   // Other sandboxes' directories, wherever the root is.
   s.hidden.push_back(root);

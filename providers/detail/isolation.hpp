@@ -46,6 +46,7 @@ struct isolation_settings {
   uint64_t max_log_bytes = 0;
   uint64_t default_memory_mib = 0;
   uint64_t default_disk_mib = 0;
+  int nice = 0;
 };
 
 /// Decides the mode for `cfg` (the sandbox root is `root`, the interpreter

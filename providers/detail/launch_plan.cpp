@@ -81,6 +81,7 @@ launch_plan make_launch_plan(const local_sandbox& sb, const exec_request& req,
   const auto& iso = *cfg.isolation;
   p.max_output = iso.max_log_bytes;
   p.rlimits = limits_for(sb, iso);
+  p.nice = iso.nice;
   if (iso.mode == isolation_mode::bwrap && p.error.empty()) {
     auto argv = std::move(p.argv);
     argv.front() = p.program;

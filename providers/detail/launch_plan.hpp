@@ -49,6 +49,8 @@ struct launch_plan {
   double timeout_s = 0;
   /// Resource limits of the command's processes.
   std::vector<std::pair<int, rlim_t>> rlimits;
+  /// Niceness of the command's processes.
+  int nice = 0;
   /// Whether `program` is bubblewrap, with a status fd.
   bool bwrap = false;
   /// Most bytes of output kept (the log, or each captured stream).

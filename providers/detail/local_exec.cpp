@@ -356,6 +356,7 @@ void start_exec(const std::shared_ptr<local_sandbox>& sb, uint64_t id,
   spec.extra_fd = status_wr.get();
   spec.cgroup_procs_fds = sb->confinement.cgroups.join_fds();
   spec.rlimits = plan.rlimits;
+  spec.nice = plan.nice;
   int err = 0;
   int pidfd = -1;
   auto pid = spawn_process(spec, err, &pidfd);

@@ -76,15 +76,18 @@ caf::error teardown_local_sandbox(local_sandbox& sb) {
   sb.stopped = true;
   sb.ttl.cancel();
   // The groups first: cheap. Then the cgroups, which hold every process
-  // however it was started, with forks refused. Then, as a last sweep,
-  // whatever carries the marker (a sandbox without cgroups).
+  // however it was started, with forks refused. Only a sandbox without
+  // cgroups needs the sweep of every host process for its marker (it reads
+  // the environment of each one: costly on a busy host).
   for (auto& entry : sb.execs)
     kill_for_stop(*entry.second);
   auto& conf = sb.confinement;
   auto survivors = conf.cgroups.kill_all(false);
-  auto marker = sandbox_marker(sb.id);
-  survivors +=
-    kill_matching([&marker](pid_t p) { return has_env_entry(p, marker); });
+  if (!conf.cgroups.active()) {
+    auto marker = sandbox_marker(sb.id);
+    survivors +=
+      kill_matching([&marker](pid_t p) { return has_env_entry(p, marker); });
+  }
   // The cgroups before the directory: a directory gone means everything
   // but the uid is gone.
   std::string failed = survivors == 0 ? conf.cgroups.remove() : "";

@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -31,6 +32,7 @@ struct child_args {
   size_t cgroup_count = 0;
   const std::pair<int, rlim_t>* limits = nullptr;
   size_t limit_count = 0;
+  int nice = 0;
   /// Written by the child when it fails before or at its exec.
   int err = 0;
 };
@@ -77,6 +79,8 @@ int child_main(void* p) {
     if (::setrlimit(a->limits[i].first, &rl) != 0)
       child_fail(a);
   }
+  if (a->nice != 0 && ::setpriority(PRIO_PROCESS, 0, a->nice) != 0)
+    child_fail(a);
   if (!place_fd(-1, 0, O_RDONLY) || !place_fd(a->stdout_fd, 1, O_WRONLY) ||
       !place_fd(a->stderr_fd, 2, O_WRONLY))
     child_fail(a);
@@ -149,6 +153,7 @@ pid_t spawn_process(const spawn_spec& spec, int& err, int* pidfd) {
   a.cgroup_count = spec.cgroup_procs_fds.size();
   a.limits = spec.rlimits.data();
   a.limit_count = spec.rlimits.size();
+  a.nice = spec.nice;
   child_stack stack;
   if (stack.base == MAP_FAILED) {
     err = errno;

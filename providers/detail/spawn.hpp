@@ -36,6 +36,8 @@ struct spawn_spec {
   std::vector<int> cgroup_procs_fds;
   /// Resource limits (soft = hard) the child sets before its exec.
   std::vector<std::pair<int, rlim_t>> rlimits;
+  /// Niceness the child sets before its exec (0: unchanged).
+  int nice = 0;
 };
 
 /// Spawns `spec`; returns the pid, or -1 with the errno value in `err` (also

@@ -1,0 +1,211 @@
+// The whole path with real processes: a supervisor on the local provider
+// grades runners that misbehave in every way the verdict must survive, and
+// each verdict is checked exactly (kind, state, cause, message, log tail),
+// as is what the sandbox leaves behind (nothing).
+
+#include "actors/supervisor.hpp"
+#include "local_provider_fixture.hpp"
+#include "messages/atoms.hpp"
+
+#include <caf/scoped_actor.hpp>
+
+using namespace sv;
+using namespace sv::test;
+
+namespace {
+
+struct grading_fixture : fixture {
+  supervisor_actor supervisor;
+
+  explicit grading_fixture(
+    std::function<void(local_provider_config&)> tweak = {})
+      : fixture([&](local_provider_config& c) {
+          // Host pids stay visible, so the tests can look for leftovers.
+          c.isolation = "none";
+          if (tweak)
+            tweak(c);
+        }) {
+    supervisor = spawn_supervisor(sys, provider);
+  }
+
+  ~grading_fixture() {
+    caf::anon_send_exit(supervisor, caf::exit_reason::user_shutdown);
+  }
+
+  verification_outcome grade(const std::string& runner,
+                             double exec_timeout_s = 20) {
+    verification_request req;
+    req.id = "t";
+    req.files["sandbox_runner.py"] = runner;
+    req.request = {{"question", 6 * 7}};
+    req.exec_timeout_s = exec_timeout_s;
+    return grade(std::move(req));
+  }
+
+  verification_outcome grade(verification_request req) {
+    verification_outcome out;
+    bool answered = false;
+    self->request(supervisor, deadline, verify_atom::value, std::move(req))
+      .receive(
+        [&](verification_outcome& x) {
+          out = std::move(x);
+          answered = true;
+        },
+        [&](caf::error& err) { FAIL("no reply: " << describe(err)); });
+    REQUIRE(answered);
+    return out;
+  }
+};
+
+void check_failure(const verification_outcome& out, failure_kind kind,
+                   verification_state state, failure_cause cause) {
+  INFO("message: " << out.failure.message);
+  CHECK_FALSE(out.ok);
+  CHECK(to_string(out.failure.kind) == to_string(kind));
+  CHECK(to_string(out.failure.state) == to_string(state));
+  CHECK(to_string(out.failure.cause) == to_string(cause));
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+} // namespace
+
+TEST_CASE("a runner's result.json is the result") {
+  grading_fixture f;
+  auto out = f.grade(R"(import json, sys
+request = json.load(open(sys.argv[1]))
+json.dump({"reward": 1.0, "answer": request["question"]}, open(sys.argv[2], "w"))
+)");
+  INFO(out.failure.message);
+  REQUIRE(out.ok);
+  CHECK(out.result == json{{"reward", 1.0}, {"answer", 42}});
+  CHECK_FALSE(out.timings.create < 0);
+  CHECK_FALSE(out.timings.ready < 0);
+  CHECK_FALSE(out.timings.upload < 0);
+  CHECK(out.timings.exec > 0);
+  CHECK_FALSE(out.timings.download < 0);
+  CHECK_FALSE(out.timings.stop < 0);
+  CHECK(out.timings.total >= out.timings.exec);
+}
+
+TEST_CASE("sandbox processes run at the configured niceness") {
+  grading_fixture f{[](local_provider_config& c) { c.sandbox_nice = 7; }};
+  auto out = f.grade(R"(import json, os, sys
+json.dump({"reward": 1.0, "nice": os.nice(0)}, open(sys.argv[2], "w"))
+)");
+  INFO(out.failure.message);
+  REQUIRE(out.ok);
+  CHECK(out.result.at("nice") == 7);
+}
+
+TEST_CASE("a runner exiting non-zero is a verifier_error with the log tail") {
+  grading_fixture f;
+  auto out = f.grade(R"(import sys
+sys.stdout.write("x" * 3000 + "\n")
+sys.stdout.flush()
+sys.stderr.write("the runner gives up\n")
+sys.exit(3)
+)");
+  check_failure(out, failure_kind::verifier_error, verification_state::exec,
+                failure_cause::error);
+  CHECK(contains(out.failure.message, "runner exited with status 3"));
+  CHECK(out.failure.log_tail.size() == log_tail_bytes);
+  CHECK(out.failure.log_tail.substr(out.failure.log_tail.size() - 20) ==
+        "the runner gives up\n");
+  CHECK(out.result.is_null());
+}
+
+TEST_CASE("a runner overrunning its deadline is a verifier_error timeout and "
+          "leaves no process") {
+  grading_fixture f;
+  auto out = f.grade(R"(import subprocess, time
+subprocess.Popen(["sleep", "1000"])
+print("started a child, now sleeping", flush=True)
+time.sleep(1000)
+)",
+                     1.0);
+  check_failure(out, failure_kind::verifier_error, verification_state::exec,
+                failure_cause::timeout);
+  CHECK(contains(out.failure.message, "runner overran its 1 s deadline"));
+  CHECK(contains(out.failure.log_tail, "started a child"));
+  CHECK(processes_with_env_prefix(own_marker_prefix()).empty());
+}
+
+TEST_CASE("a runner that writes no result.json is a verifier_error") {
+  grading_fixture f;
+  auto out = f.grade("print('forgot the result')\n");
+  check_failure(out, failure_kind::verifier_error, verification_state::download,
+                failure_cause::invalid_result);
+  CHECK(out.failure.message == "runner wrote no result.json");
+  CHECK(contains(out.failure.log_tail, "forgot the result"));
+}
+
+TEST_CASE("an invalid result.json is a verifier_error in parse") {
+  grading_fixture f;
+  auto out =
+    f.grade("import sys\nopen(sys.argv[2], 'w').write('{\"reward\": ')\n");
+  check_failure(out, failure_kind::verifier_error, verification_state::parse,
+                failure_cause::invalid_result);
+  CHECK(out.failure.message == "result.json rejected: not valid JSON");
+}
+
+TEST_CASE("a result.json that is not an object is rejected") {
+  grading_fixture f;
+  auto out = f.grade("import sys\nopen(sys.argv[2], 'w').write('[1, 2]')\n");
+  check_failure(out, failure_kind::verifier_error, verification_state::parse,
+                failure_cause::invalid_result);
+  CHECK(out.failure.message ==
+        "result.json rejected: expected a JSON object, got array");
+}
+
+TEST_CASE("a symlinked result.json is refused, not followed") {
+  grading_fixture f;
+  auto out =
+    f.grade("import os, sys\nos.symlink('/etc/passwd', sys.argv[2])\n");
+  check_failure(out, failure_kind::verifier_error, verification_state::download,
+                failure_cause::invalid_result);
+  CHECK(contains(out.failure.message, "symlink"));
+  CHECK_FALSE(contains(out.failure.message, "root:"));
+}
+
+TEST_CASE("a result.json over the download cap is refused") {
+  grading_fixture f{
+    [](local_provider_config& c) { c.max_download_bytes = 1024; }};
+  auto out = f.grade("import sys\nopen(sys.argv[2], 'w').write('{\"pad\": \"' "
+                     "+ 'x' * 4096 + '\"}')\n");
+  check_failure(out, failure_kind::verifier_error, verification_state::download,
+                failure_cause::invalid_result);
+  CHECK(contains(out.failure.message, "1024 byte download cap"));
+}
+
+TEST_CASE("children a successful runner left running are gone after stop") {
+  grading_fixture f;
+  auto out = f.grade(R"(import json, subprocess, sys
+child = subprocess.Popen(["setsid", "sleep", "1000"])
+json.dump({"reward": 1.0, "child": child.pid}, open(sys.argv[2], "w"))
+)");
+  INFO(out.failure.message);
+  REQUIRE(out.ok);
+  auto child = out.result.at("child").get<pid_t>();
+  CHECK(child > 0);
+  CHECK_FALSE(process_alive(child));
+  CHECK(processes_with_env_prefix(own_marker_prefix()).empty());
+}
+
+TEST_CASE("paths escaping the sandbox are refused before any sandbox "
+          "exists") {
+  grading_fixture f;
+  verification_request req;
+  req.id = "escape";
+  req.files["sandbox_runner.py"] = "print(1)";
+  req.files["../../etc/evil.py"] = "print(2)";
+  req.request = json::object();
+  auto out = f.grade(std::move(req));
+  check_failure(out, failure_kind::invalid_request,
+                verification_state::validate, failure_cause::invalid_request);
+  CHECK(out.failure.message ==
+        "files: path \"../../etc/evil.py\" escapes the sandbox");
+  CHECK(std::filesystem::is_empty(f.root.path));
+}
