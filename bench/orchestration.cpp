@@ -9,6 +9,7 @@
 
 #include "actors/scheduler.hpp"
 #include "actors/supervisor.hpp"
+#include "apps/sv_grade/summary.hpp"
 #include "messages/json.hpp"
 #include "messages/registry.hpp"
 #include "providers/scripted.hpp"
@@ -21,8 +22,6 @@
 #include <caf/stateful_actor.hpp>
 #include <chrono>
 #include <cstdlib>
-#include <cstring>
-#include <fstream>
 #include <future>
 #include <iostream>
 #include <spdlog/spdlog.h>
@@ -31,16 +30,7 @@
 namespace {
 
 using namespace sv;
-
-uint64_t status_kib(const char* field) {
-  std::ifstream in{"/proc/self/status"};
-  std::string line;
-  auto len = std::strlen(field);
-  while (std::getline(in, line))
-    if (line.compare(0, len, field) == 0)
-      return std::strtoull(line.c_str() + len, nullptr, 10);
-  return 0;
-}
+using sv::grade::proc_status_kib;
 
 struct driver_state {
   static inline const char* name = "sv.bench_driver";
@@ -116,7 +106,7 @@ int main(int argc, char** argv) {
   sup_cfg.max_queue = count;
   auto supervisor = spawn_supervisor(sys, provider, std::move(sup_cfg));
 
-  auto base_kib = status_kib("VmRSS:");
+  auto base_kib = proc_status_kib("VmRSS:");
   std::promise<size_t> finished;
   auto result = finished.get_future();
   auto start = std::chrono::steady_clock::now();
@@ -130,7 +120,7 @@ int main(int argc, char** argv) {
     std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
       .count();
   auto ok = result.get();
-  auto peak_kib = status_kib("VmHWM:");
+  auto peak_kib = proc_status_kib("VmHWM:");
 
   caf::scoped_actor self{sys};
   supervisor_stats stats;

@@ -6,6 +6,7 @@
 #include "actors/supervisor.hpp"
 #include "deterministic_fixture.hpp"
 #include "messages/atoms.hpp"
+#include "outcome_checks.hpp"
 #include "providers/scripted.hpp"
 
 #include <catch2/catch.hpp>
@@ -86,15 +87,6 @@ inline scripted_script fault_at(scripted_op op, scripted_fault fault,
   scripted_script script;
   script.steps[op] = {scripted_step{fault, delay, true}};
   return script;
-}
-
-inline void check_failure(const verification_outcome& out, failure_kind kind,
-                          verification_state state, failure_cause cause) {
-  INFO("message: " << out.failure.message);
-  CHECK_FALSE(out.ok);
-  CHECK(to_string(out.failure.kind) == to_string(kind));
-  CHECK(to_string(out.failure.state) == to_string(state));
-  CHECK(to_string(out.failure.cause) == to_string(cause));
 }
 
 } // namespace sv::test

@@ -6,6 +6,7 @@
 #include "actors/supervisor.hpp"
 #include "local_provider_fixture.hpp"
 #include "messages/atoms.hpp"
+#include "outcome_checks.hpp"
 
 #include <caf/scoped_actor.hpp>
 
@@ -56,15 +57,6 @@ struct grading_fixture : fixture {
     return out;
   }
 };
-
-void check_failure(const verification_outcome& out, failure_kind kind,
-                   verification_state state, failure_cause cause) {
-  INFO("message: " << out.failure.message);
-  CHECK_FALSE(out.ok);
-  CHECK(to_string(out.failure.kind) == to_string(kind));
-  CHECK(to_string(out.failure.state) == to_string(state));
-  CHECK(to_string(out.failure.cause) == to_string(cause));
-}
 
 bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;

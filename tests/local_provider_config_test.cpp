@@ -30,9 +30,8 @@ TEST_CASE_METHOD(fixture, "execs in several sandboxes run side by side") {
   std::vector<handle_t> pending;
   for (size_t i = 0; i < hs.size(); ++i)
     pending.push_back(self->request(
-        provider, deadline, exec_atom::value, hs[i],
-        exec_request{
-            {"sh", "-c", "echo " + std::to_string(i)}, "", {}, 30, ""}));
+      provider, deadline, exec_atom::value, hs[i],
+      exec_request{{"sh", "-c", "echo " + std::to_string(i)}, "", {}, 30, ""}));
   for (size_t i = 0; i < hs.size(); ++i)
     pending[i].receive([&](exec_result& r) { out[i] = r.stdout_text; },
                        [&](caf::error& e) { out[i] = describe(e); });
@@ -52,12 +51,13 @@ TEST_CASE("local provider settings are strict") {
   CHECK(cfg.python == "py");
   CHECK(cfg.max_download_bytes == 5);
   CHECK(cfg.io_threads == 3);
-  CHECK_THROWS_WITH(parse_local_provider_config(json{{"rooot", "/x"}}),
-                    "rooot: unknown key in local provider settings (allowed: "
-                    "root, python, max_download_bytes, io_threads, isolation, "
-                    "hide_paths, max_processes, max_log_bytes, "
-                    "default_memory_mib, default_disk_mib, sandbox_nice, uid_base, "
-                    "uid_count, cgroup_parent)");
+  CHECK_THROWS_WITH(
+    parse_local_provider_config(json{{"rooot", "/x"}}),
+    "rooot: unknown key in local provider settings (allowed: "
+    "root, python, max_download_bytes, io_threads, isolation, "
+    "hide_paths, max_processes, max_log_bytes, "
+    "default_memory_mib, default_disk_mib, sandbox_nice, uid_base, "
+    "uid_count, cgroup_parent)");
   CHECK_THROWS_AS(parse_local_provider_config(json{{"io_threads", 0}}),
                   json_error);
   CHECK_THROWS_AS(parse_local_provider_config(json{{"python", ""}}),
@@ -66,16 +66,16 @@ TEST_CASE("local provider settings are strict") {
 }
 
 TEST_CASE("isolation and limit settings are strict") {
-  auto cfg = parse_local_provider_config(
-    json{{"isolation", "none"},
-         {"hide_paths", {"/root", "/etc/sv"}},
-         {"max_processes", 64},
-         {"max_log_bytes", 65536},
-         {"default_memory_mib", 0},
-         {"default_disk_mib", 10},
-         {"uid_base", 200000},
-         {"uid_count", 16},
-         {"cgroup_parent", "sv/test"}});
+  auto cfg =
+    parse_local_provider_config(json{{"isolation", "none"},
+                                     {"hide_paths", {"/root", "/etc/sv"}},
+                                     {"max_processes", 64},
+                                     {"max_log_bytes", 65536},
+                                     {"default_memory_mib", 0},
+                                     {"default_disk_mib", 10},
+                                     {"uid_base", 200000},
+                                     {"uid_count", 16},
+                                     {"cgroup_parent", "sv/test"}});
   CHECK(cfg.isolation == "none");
   CHECK(cfg.hide_paths == std::vector<std::string>{"/root", "/etc/sv"});
   CHECK(cfg.max_processes == 64);
@@ -95,32 +95,33 @@ TEST_CASE("isolation and limit settings are strict") {
   CHECK_THROWS_WITH(
     parse_local_provider_config(json{{"hide_paths", {"etc"}}}),
     "hide_paths: \"etc\" is not an absolute, normalized path other than /");
-  CHECK_THROWS_AS(parse_local_provider_config(json{{"hide_paths", {"/a/../b"}}}),
-                  json_error);
+  CHECK_THROWS_AS(
+    parse_local_provider_config(json{{"hide_paths", {"/a/../b"}}}), json_error);
   CHECK_THROWS_AS(parse_local_provider_config(json{{"max_log_bytes", 100}}),
                   json_error);
   CHECK_THROWS_AS(parse_local_provider_config(json{{"uid_base", 0}}),
                   json_error);
-  CHECK_THROWS_AS(
-    parse_local_provider_config(json{{"cgroup_parent", "/abs"}}), json_error);
-  CHECK_THROWS_AS(
-    parse_local_provider_config(json{{"cgroup_parent", "../up"}}), json_error);
+  CHECK_THROWS_AS(parse_local_provider_config(json{{"cgroup_parent", "/abs"}}),
+                  json_error);
+  CHECK_THROWS_AS(parse_local_provider_config(json{{"cgroup_parent", "../up"}}),
+                  json_error);
 }
 
 TEST_CASE("provider blocks name exactly one known provider") {
   CHECK(provider_names() == std::vector<std::string>{"local", "scripted"});
   auto block = parse_provider_block(
-      json{{"local", {{"root", "/x"}}}, {"default_metadata", {{"a", 1}}}});
+    json{{"local", {{"root", "/x"}}}, {"default_metadata", {{"a", 1}}}});
   CHECK(block.name == "local");
   CHECK(block.settings == json{{"root", "/x"}});
   CHECK(block.default_metadata == json{{"a", 1}});
-  CHECK_THROWS_WITH(parse_provider_block(json{{"docker", json::object()}}),
-                    "docker: unknown provider (known providers: local, scripted)");
+  CHECK_THROWS_WITH(
+    parse_provider_block(json{{"docker", json::object()}}),
+    "docker: unknown provider (known providers: local, scripted)");
   CHECK_THROWS_WITH(parse_provider_block(json{{"local", json::object()},
                                               {"remote", json::object()}}),
                     Catch::Contains("exactly one provider"));
-  CHECK_THROWS_WITH(parse_provider_block(json{{"local", json::object()},
-                                              {"default_metadata", 3}}),
+  CHECK_THROWS_WITH(parse_provider_block(
+                      json{{"local", json::object()}, {"default_metadata", 3}}),
                     "default_metadata: expected an object, got number");
   CHECK_THROWS_WITH(parse_provider_block(json::object()),
                     Catch::Contains("no provider key"));
@@ -136,8 +137,8 @@ TEST_CASE("spawn_provider starts the local provider of a block") {
   bool created = false;
   sandbox_spec spec;
   self->request(provider, deadline, create_atom::value, spec)
-      .receive([&](sandbox_handle& h) { created = h.provider_name == "local"; },
-               [&](caf::error& e) { FAIL(describe(e)); });
+    .receive([&](sandbox_handle& h) { created = h.provider_name == "local"; },
+             [&](caf::error& e) { FAIL(describe(e)); });
   CHECK(created);
   caf::anon_send_exit(provider, caf::exit_reason::user_shutdown);
   block.settings["bogus"] = 1;

@@ -33,7 +33,7 @@ TEST_CASE_METHOD(fixture, "upload and download round trip in nested dirs") {
         sandbox_status::running);
   std::string binary{"a\0b\xff", 4};
   auto up =
-      upload(h, "calls/c1", {{"a.txt", "hello"}, {"sub/deep/b.bin", binary}});
+    upload(h, "calls/c1", {{"a.txt", "hello"}, {"sub/deep/b.bin", binary}});
   INFO(up.message());
   REQUIRE(up.value);
   CHECK(download(h, "calls/c1/a.txt").value == "hello");
@@ -88,8 +88,8 @@ TEST_CASE("a file over the download cap is too large") {
   fixture f{[](local_provider_config& c) { c.max_download_bytes = 10; }};
   auto h = f.create();
   REQUIRE(
-      f.upload(h, "", {{"ok.txt", "0123456789"}, {"big.txt", "0123456789A"}})
-          .value);
+    f.upload(h, "", {{"ok.txt", "0123456789"}, {"big.txt", "0123456789A"}})
+      .value);
   CHECK(f.download(h, "ok.txt").value == "0123456789");
   auto big = f.download(h, "big.txt");
   CHECK(big.code() == code(provider_errc::too_large));
@@ -100,7 +100,7 @@ TEST_CASE_METHOD(fixture, "upload through planted symlinks stays inside") {
   temp_dir outside;
   auto h = create();
   auto r = sh(h, "ln -s " + outside.path + " evil && ln -s " + outside.path +
-                     "/target.txt file.txt");
+                   "/target.txt file.txt");
   REQUIRE(r.return_code == 0);
   auto through_dir = upload(h, "evil", {{"x.txt", "pwned"}});
   CHECK(through_dir.code() == code(provider_errc::invalid_path));
@@ -158,10 +158,10 @@ TEST_CASE_METHOD(fixture, "exec with a log returns exactly its last bytes") {
                              "sys.stdout.write(''.join(chr(48 + "
                              "(i * 7 + i // 10) % 10) for i in "
                              "range(5000)))\n"}})
-              .value);
+            .value);
   auto r = exec(
-      h, exec_request{
-             {"python3", "gen.py"}, "calls/c1", {}, 30, "calls/c1/runner.log"});
+    h, exec_request{
+         {"python3", "gen.py"}, "calls/c1", {}, 30, "calls/c1/runner.log"});
   REQUIRE(r.value);
   auto expected = digits(5000);
   CHECK(r.value->error_type == exec_error_type::none);
@@ -221,8 +221,8 @@ TEST_CASE("exec sees the request's env, never the service's") {
   ::unsetenv("SV_TEST_SECRET");
   REQUIRE(r.value);
   CHECK(r.value->stdout_text == "bar|unset|" + f.dir_of(h) +
-                                    "|/usr/local/bin:/usr/bin:/bin|" +
-                                    h.sandbox_id + "\n");
+                                  "|/usr/local/bin:/usr/bin:/bin|" +
+                                  h.sandbox_id + "\n");
 }
 
 TEST_CASE("python argv[0] runs the interpreter resolved at start") {
@@ -231,9 +231,8 @@ TEST_CASE("python argv[0] runs the interpreter resolved at start") {
   auto h = f.create();
   for (auto name : {"python3", "python"}) {
     auto r = f.exec(
-        h,
-        exec_request{
-            {name, "-c", "import sys; print(sys.executable)"}, "", {}, 30, ""});
+      h, exec_request{
+           {name, "-c", "import sys; print(sys.executable)"}, "", {}, 30, ""});
     REQUIRE(r.value);
     CHECK(r.value->stdout_text == resolved + "\n");
   }
@@ -251,7 +250,8 @@ TEST_CASE("python argv[0] runs the interpreter resolved at start") {
 
 // -- stop ---------------------------------------------------------------------
 
-TEST_CASE_METHOD(unisolated_fixture, "stop kills a setsid daemon and removes the dir") {
+TEST_CASE_METHOD(unisolated_fixture,
+                 "stop kills a setsid daemon and removes the dir") {
   auto h = create();
   auto r = sh(h, "setsid sh -c 'echo $$ > d.tmp && mv d.tmp daemon.pid; "
                  "exec sleep 1000' </dev/null >/dev/null 2>&1 & "
@@ -316,7 +316,8 @@ TEST_CASE_METHOD(fixture, "a sandbox past its TTL is stopped") {
         code(provider_errc::no_such_sandbox));
 }
 
-TEST_CASE_METHOD(unisolated_fixture, "provider shutdown kills and removes everything") {
+TEST_CASE_METHOD(unisolated_fixture,
+                 "provider shutdown kills and removes everything") {
   auto a = create();
   auto b = create();
   auto r = sh(a, "setsid sh -c 'echo $$ > d.tmp && mv d.tmp daemon.pid; "

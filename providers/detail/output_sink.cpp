@@ -47,15 +47,7 @@ void output_sink::append_log(const char* data, size_t n) {
   if (in_head_ < head_) {
     auto take = static_cast<size_t>(std::min<uint64_t>(n, head_ - in_head_));
     in_head_ += take;
-    for (size_t done = 0; done < take && write_error_.empty();) {
-      auto k = ::write(fd_, data + done, take - done);
-      if (k < 0 && errno == EINTR)
-        continue;
-      if (k < 0)
-        write_error_ = std::strerror(errno);
-      else
-        done += static_cast<size_t>(k);
-    }
+    write_all(data, take);
     data += take;
     n -= take;
   }
@@ -87,8 +79,12 @@ void output_sink::finish() {
            std::to_string(total_) + "]\n";
   rest += text_;
   text_.clear();
-  for (size_t done = 0; done < rest.size() && write_error_.empty();) {
-    auto k = ::write(fd_, rest.data() + done, rest.size() - done);
+  write_all(rest.data(), rest.size());
+}
+
+void output_sink::write_all(const char* data, size_t n) {
+  for (size_t done = 0; done < n && write_error_.empty();) {
+    auto k = ::write(fd_, data + done, n - done);
     if (k < 0 && errno == EINTR)
       continue;
     if (k < 0)

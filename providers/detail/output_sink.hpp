@@ -46,6 +46,8 @@ private:
   output_sink(int fd, uint64_t cap);
 
   void append_log(const char* data, size_t n);
+  /// Writes all of `data` to the log, unless a write failed before.
+  void write_all(const char* data, size_t n);
 
   int fd_;
   uint64_t cap_;
