@@ -4,12 +4,12 @@
 // strict: a wrong type or an unknown key throws `json_error`, whose message
 // names the field path and, for unknown keys, the keys allowed.
 
+#include "messages/protocol.hpp"
+
 #include <initializer_list>
 #include <stdexcept>
 #include <string>
 #include <string_view>
-
-#include "messages/protocol.hpp"
 
 namespace sv {
 
