@@ -338,6 +338,14 @@ Enum read_name(const json& j, const std::string& path, const char* what) {
   return x;
 }
 
+/// A non-negative number of milliseconds at `path`.
+caf::timespan read_millis(const json& v, const std::string& path) {
+  if (!v.is_number() || v.get<double>() < 0)
+    throw json_error(path, "expected milliseconds >= 0");
+  return std::chrono::duration_cast<caf::timespan>(
+    std::chrono::duration<double, std::milli>(v.get<double>()));
+}
+
 scripted_step read_step(const json& j, const std::string& path) {
   scripted_step step;
   if (j.is_string()) {
@@ -346,22 +354,20 @@ scripted_step read_step(const json& j, const std::string& path) {
   }
   if (!j.is_object())
     throw json_error(path, "expected a fault name or an object");
+  try {
+    check_object(j, "a step", {"fault", "delay_ms", "sticky"});
+  } catch (const json_error& e) {
+    throw json_error(path + "." + e.path(), e.reason());
+  }
   for (auto& [key, value] : j.items()) {
     if (key == "fault") {
       step.fault = read_name<scripted_fault>(value, path + ".fault", "a fault");
     } else if (key == "delay_ms") {
-      if (!value.is_number() || value.get<double>() < 0)
-        throw json_error(path + ".delay_ms", "expected milliseconds >= 0");
-      step.delay = std::chrono::duration_cast<caf::timespan>(
-        std::chrono::duration<double, std::milli>(value.get<double>()));
-    } else if (key == "sticky") {
-      if (!value.is_boolean())
-        throw json_error(path + ".sticky", "expected true or false");
-      step.sticky = value.get<bool>();
+      step.delay = read_millis(value, path + ".delay_ms");
+    } else if (!value.is_boolean()) { // sticky
+      throw json_error(path + ".sticky", "expected true or false");
     } else {
-      throw json_error(path + "." + key,
-                       "unknown key in a step (allowed: fault, delay_ms, "
-                       "sticky)");
+      step.sticky = value.get<bool>();
     }
   }
   return step;
@@ -370,8 +376,10 @@ scripted_step read_step(const json& j, const std::string& path) {
 } // namespace
 
 scripted_script parse_scripted_script(const json& j) {
-  if (!j.is_object())
-    throw json_error("", "expected an object of scripted provider settings");
+  check_object(j, "scripted settings",
+               {"steps", "fault_rate", "seed", "random_faults",
+                "random_delay_ms", "result_text", "ledger_file",
+                "starting_polls"});
   scripted_script out;
   for (auto& [key, value] : j.items()) {
     if (key == "steps") {
@@ -403,10 +411,7 @@ scripted_script parse_scripted_script(const json& j) {
         out.random_faults.push_back(read_name<scripted_fault>(
           value[i], key + "[" + std::to_string(i) + "]", "a fault"));
     } else if (key == "random_delay_ms") {
-      if (!value.is_number() || value.get<double>() < 0)
-        throw json_error(key, "expected milliseconds >= 0");
-      out.random_delay = std::chrono::duration_cast<caf::timespan>(
-        std::chrono::duration<double, std::milli>(value.get<double>()));
+      out.random_delay = read_millis(value, key);
     } else if (key == "result_text") {
       if (!value.is_string())
         throw json_error(key, "expected a string");
@@ -415,15 +420,10 @@ scripted_script parse_scripted_script(const json& j) {
       if (!value.is_string() || value.get<std::string>().empty())
         throw json_error(key, "expected a file path");
       out.ledger_file = value.get<std::string>();
-    } else if (key == "starting_polls") {
+    } else { // starting_polls: check_object admitted no other key
       if (!value.is_number_unsigned())
         throw json_error(key, "expected a non-negative integer");
       out.starting_polls = value.get<uint32_t>();
-    } else {
-      throw json_error(key, "unknown key in scripted settings (allowed: "
-                            "steps, fault_rate, seed, random_faults, "
-                            "random_delay_ms, result_text, starting_polls, "
-                            "ledger_file)");
     }
   }
   return out;
