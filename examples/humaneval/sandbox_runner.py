@@ -1,51 +1,701 @@
 #!/usr/bin/env python3
-"""Grades one HumanEval completion inside a sandbox.
+"""Grades one HumanEval completion inside a sandbox, in a way it cannot fool.
 
 Usage: python sandbox_runner.py request.json result.json
 
 request.json: {"task_id", "prompt", "completion", "test", "entry_point",
-"timeout_s"}. It is deleted before the submission runs, so the submission
-cannot read the tests from disk. The program prompt + completion + test +
-check(entry_point) runs in a child process in its own session (stdin and
-stdout /dev/null) under timeout_s; then the whole process group is killed, so
-nothing the submission started can rewrite result.json afterwards.
+"timeout_s", "site_packages": false}. It is deleted before anything runs.
+
+Three processes (README.md has the guarantees and what each one stops):
+
+- the runner (this process): a child subreaper, not dumpable. It forks the
+  judge, waits for its verdict (bounded), kills and reaps every descendant,
+  setsid'd or not, and only then writes result.json itself: into a file
+  reserved before the candidate ran (O_TMPFILE, preallocated), linked under a
+  fresh name and renamed over whatever is there. After the candidate starts
+  it imports nothing, and its sys.path never held a writable directory.
+- the judge (a fork of the runner, so also not dumpable): runs prompt + test
+  + check(entry_point) in its own interpreter, where `entry_point` is a proxy
+  that sends the arguments to the candidate and decodes the answer. Only
+  plain data crosses (None, bool, int, float, complex, str, bytes, list,
+  tuple, dict, set, frozenset), so no object of the candidate ever runs in
+  the judge: no __eq__ that is always true, no patched builtins, no frames.
+- the candidate: a fresh interpreter (-I -S) that runs prompt + completion
+  and answers calls, confined before it starts: no_new_privs, Landlock (no
+  writes outside its scratch directory, no reads outside the system and
+  Python directories, no TCP, no signals or ptrace out of its domain) and a
+  seccomp filter (no ptrace, process_vm_*, no signals, priorities, limits or
+  pidfds aimed at the runner or judge, no F_SETOWN, chmod or chown). It
+  never sees the test. It is killed with everything it started.
 
 result.json: {"reward", "passed", "status": passed|failed|timeout, "task_id",
-"detail": tail of the child's stderr}. A wrong answer, an exception or a
-timeout is a normal result (exit status 0); only a bad request or a fault of
-this runner exits non-zero.
+"detail", "confinement"}. A wrong answer, an exception, a dead candidate or a
+timeout is a normal result (exit 0); a bad request or a fault of the harness
+exits non-zero (the caller masks it).
 
-Standard library only, and no subprocess/signal/selectors imports: together
-they add ~15 ms to every start.
+Standard library only; no subprocess/signal/json-in-the-candidate imports,
+which would add milliseconds to every start.
 """
 
-import fcntl
-import json
-import os
-import select
 import sys
-import time
+
+# Before any other import: no directory the candidate could write may stay on
+# the path (the script's, the working directory, HOME's user site).
+_home = __import__("os").environ.get("HOME", "")
+
+
+def _safe_path_entry(p, os=__import__("os")):
+    if not p or not os.path.isabs(p):
+        return False
+    here = os.path.dirname(os.path.abspath(__file__))
+    for d in (here, os.getcwd(), _home):
+        if d and (p == d or p.startswith(d.rstrip("/") + "/")):
+            return False
+    if os.geteuid() == 0:
+        return True  # root may write everything; `none` mode guarantees less
+    while not os.path.exists(p):
+        p = os.path.dirname(p)
+    return not os.access(p, os.W_OK)
+
+
+sys.path[:] = [p for p in sys.path if _safe_path_entry(p)]
+
+import ctypes  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import select  # noqa: E402
+import struct  # noqa: E402
+import time  # noqa: E402
 
 SIGKILL = 9  # Linux's number; importing `signal` costs ~5 ms
 DETAIL_CHARS = 1000
 TAIL_BYTES = 4 * DETAIL_CHARS
-DRAIN_S = 1.0  # how long stderr may take to reach EOF once the group is dead
+MAX_REPLY = 16 << 20  # bytes of one answer of the candidate
+JUDGE_GRACE_S = 2.0  # the judge's own work past the tests' deadline
+KILL_S = 5.0  # bound on ending every descendant
+RESERVE_BYTES = 64 << 10  # result.json's blocks, taken before the candidate
+CONFINE_FAILED = 125  # exit status of a candidate that could not be confined
 
-# Runs in the child. The program arrives on fd 3 behind a random nonce line;
-# the nonce goes back on fd 4 only if the program ran to its end, so a
-# submission that calls exit(0) or os._exit(0) before check() has run fails.
-# The names live in a function's frame, not in a module the program sees.
-BOOTSTRAP = """\
+# -- the codec: plain data only, shared with the candidate -------------------
+
+CODEC = r'''
+def encode(v, out=None):
+    """Plain data to bytes; anything else raises TypeError."""
+    top = out is None
+    if top:
+        out = []
+    if v is None:
+        out.append(b"N")
+    elif v is True or v is False:
+        out.append(b"T" if v else b"F")
+    elif isinstance(v, int):
+        out.append(b"i%x;" % int.__int__(v) if int.__int__(v) >= 0
+                   else b"i-%x;" % -int.__int__(v))
+    elif isinstance(v, float):
+        out.append(b"f" + float.hex(float.__float__(v)).encode() + b";")
+    elif isinstance(v, complex):
+        c = complex.__complex__(v)
+        out.append(b"c" + float.hex(c.real).encode() + b";"
+                   + float.hex(c.imag).encode() + b";")
+    elif isinstance(v, (str, bytes)):
+        b = str.encode(v, "utf-8", "surrogatepass") if isinstance(v, str) \
+            else bytes(v)
+        out.append(b"%c%d:" % (b"s"[0] if isinstance(v, str) else b"b"[0],
+                               len(b)))
+        out.append(b)
+    elif isinstance(v, dict):
+        items = list(dict.items(v))
+        out.append(b"d%d:" % len(items))
+        for k, x in items:
+            encode(k, out)
+            encode(x, out)
+    elif isinstance(v, (list, tuple, set, frozenset)):
+        tag = b"l" if isinstance(v, list) else b"t" if isinstance(v, tuple) \
+            else b"S" if isinstance(v, set) else b"z"
+        items = list(v)
+        out.append(tag + b"%d:" % len(items))
+        for x in items:
+            encode(x, out)
+    else:
+        raise TypeError(f"a {type(v).__name__} cannot cross to the tests "
+                        "(plain data only)")
+    return b"".join(out) if top else None
+
+
+def decode(data):
+    """Bytes to plain data, iteratively; raises ValueError on bad input."""
+    pos, n, stack = 0, len(data), []  # stack: [tag, items left, items]
+    build = {b"l": list, b"t": tuple, b"S": set, b"z": frozenset,
+             b"d": lambda xs: dict(zip(xs[::2], xs[1::2]))}
+
+    def upto(end):
+        nonlocal pos
+        k = data.index(end, pos)
+        s = data[pos:k].decode("ascii")
+        pos = k + 1
+        return s
+
+    while True:
+        tag = data[pos:pos + 1]
+        pos += 1
+        if tag == b"N":
+            v = None
+        elif tag == b"T" or tag == b"F":
+            v = tag == b"T"
+        elif tag == b"i":
+            s = upto(b";")
+            v = -int(s[1:], 16) if s.startswith("-") else int(s, 16)
+        elif tag == b"f":
+            v = float.fromhex(upto(b";"))
+        elif tag == b"c":
+            v = complex(float.fromhex(upto(b";")), float.fromhex(upto(b";")))
+        elif tag == b"s" or tag == b"b":
+            k = int(upto(b":"))
+            if not 0 <= k <= n - pos:
+                raise ValueError("bad length")
+            v = data[pos:pos + k]
+            pos += k
+            if tag == b"s":
+                v = v.decode("utf-8", "surrogatepass")
+        elif tag in build:
+            k = int(upto(b":")) * (2 if tag == b"d" else 1)
+            if not 0 <= k <= n - pos or len(stack) > 1000:
+                raise ValueError("bad count or nested too deeply")
+            if k:
+                stack.append([tag, k, []])
+                continue
+            v = build[tag]([])
+        else:
+            raise ValueError("bad tag")
+        while stack:  # attach v to its parent, closing what is complete
+            top = stack[-1]
+            top[2].append(v)
+            top[1] -= 1
+            if top[1]:
+                break
+            stack.pop()
+            v = build[top[0]](top[2])
+        else:
+            if pos != n:
+                raise ValueError("trailing bytes")
+            return v
+
+
+def frame(payload):
+    return len(payload).to_bytes(4, "big") + payload
+'''
+exec(CODEC)  # the runner's copy; the candidate gets the same text
+
+# -- the candidate's bootstrap (runs after confinement, with -I -S) ----------
+
+BOOTSTRAP = CODEC + r'''
 import os, sys
-def _bootstrap():
-    with open(3, 'rb') as f:
-        nonce, _, src = f.read().partition(b'\\n')
-    main = type(sys)('__main__')
-    sys.modules['__main__'] = main
-    exec(compile(src, '<submission>', 'exec'), main.__dict__)
-    os.write(4, nonce)
-_bootstrap()
-"""
+
+def _serve():
+    def read(k):
+        b = b""
+        while len(b) < k:
+            chunk = os.read(3, k - len(b))
+            if not chunk:
+                raise SystemExit(0)
+            b += chunk
+        return b
+
+    def recv():
+        return decode(read(int.from_bytes(read(4), "big")))
+
+    def send(v):
+        data = frame(encode(v))
+        while data:
+            data = data[os.write(4, data):]
+
+    def failure(e):
+        import traceback
+        traceback.print_exc()
+        return ("raise", type(e).__name__, str(e)[:1000])
+
+    send(("ready", sys.argv[1:]))  # before any code of the submission
+    _, src, entry = recv()
+    main = type(sys)("__main__")
+    sys.modules["__main__"] = main
+    try:
+        exec(compile(src, "<submission>", "exec"), main.__dict__)
+        fn = main.__dict__[entry]
+        reply = ("loaded",)
+    except BaseException as e:
+        reply = failure(e)
+    send(reply)
+    while reply[0] != "raise":
+        msg = recv()
+        try:
+            reply = ("ok", fn(*msg[1], **msg[2]))
+            data = frame(encode(reply))
+        except BaseException as e:
+            reply = ("ok",)  # the next call may well work
+            data = frame(encode(failure(e)))
+        while data:
+            data = data[os.write(4, data):]
+
+_serve()
+'''
+
+# -- confinement of the candidate (in its process, before exec) --------------
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+# x86_64 and aarch64 numbers: (audit arch, always denied, denied when the
+# first argument names a protected pid, setpriority, ioprio_set, fcntl, ioctl)
+_SYSCALLS = {
+    "x86_64": (0xC000003E, [
+        101, 310, 311, 424, 438, 440, 448, 312, 274, 256, 279, 298,  # ptrace..
+        90, 91, 268, 452, 92, 93, 94, 260],  # chmod, chown families
+        [62, 200, 234, 129, 297, 434, 302, 203, 144, 142, 314],
+        141, 251, 72, 16),
+    "aarch64": (0xC00000B7, [
+        117, 270, 271, 424, 438, 440, 448, 272, 100, 238, 239, 241,
+        52, 53, 452, 55, 54],
+        [129, 130, 131, 138, 240, 434, 261, 122, 119, 118, 274],
+        140, 30, 25, 29),
+}
+F_SETOWN, F_SETOWN_EX, FIOSETOWN, SIOCSPGRP = 8, 15, 0x8901, 0x8902
+
+
+def _prctl(*args):
+    args = [ctypes.c_ulong(a) if isinstance(a, int) else a for a in args]
+    args += [ctypes.c_ulong(0)] * (5 - len(args))
+    if _libc.prctl(*args) != 0:
+        raise OSError(ctypes.get_errno(), f"prctl({args[0].value})")
+
+
+def _syscall(nr, *args):
+    r = _libc.syscall(ctypes.c_long(nr), *args)
+    if r < 0:
+        raise OSError(ctypes.get_errno(), f"syscall {nr}")
+    return r
+
+
+def seccomp_program(protected):
+    """A classic BPF filter: EPERM for the calls above, allow the rest."""
+    arch, always, pid_arg0, prio, ioprio, fcntl_nr, ioctl_nr = \
+        _SYSCALLS[os.uname().machine]
+    code = []  # (opcode, k, true label, false label) or (label,)
+    LD, JEQ, JGE, RET = 0x20, 0x15, 0x35, 0x06
+    ALLOW, DENY = 0x7FFF0000, 0x00050000 | 1  # SECCOMP_RET_ERRNO | EPERM
+    code += [(LD, 4, None, None), (JEQ, arch, None, "deny"),
+             (LD, 0, None, None)]
+    if arch == 0xC000003E:
+        code.append((JGE, 0x40000000, "deny", None))  # x32 calls
+    code += [(JEQ, nr, "deny", None) for nr in always]
+    code += [(JEQ, nr, "pid", None) for nr in pid_arg0]
+    code += [(JEQ, prio, "prio", None), (JEQ, ioprio, "ioprio", None),
+             (JEQ, fcntl_nr, "fcntl", None), (JEQ, ioctl_nr, "ioctl", None),
+             (RET, ALLOW, None, None),
+             ("pid",), (LD, 16, None, None)]
+    code += [(JEQ, p & 0xFFFFFFFF, "deny", None) for p in sorted(protected)]
+    code += [(RET, ALLOW, None, None),
+             ("prio",), (LD, 16, None, None), (JEQ, 0, None, "deny"),
+             (LD, 24, None, None), (JEQ, 0, "allow", "deny"),
+             ("ioprio",), (LD, 16, None, None), (JEQ, 1, None, "deny"),
+             (LD, 24, None, None), (JEQ, 0, "allow", "deny"),
+             ("fcntl",), (LD, 24, None, None), (JEQ, F_SETOWN, "deny", None),
+             (JEQ, F_SETOWN_EX, "deny", "allow"),
+             ("ioctl",), (LD, 24, None, None), (JEQ, FIOSETOWN, "deny", None),
+             (JEQ, SIOCSPGRP, "deny", "allow"),
+             ("allow",), (RET, ALLOW, None, None),
+             ("deny",), (RET, DENY, None, None)]
+    labels, i = {}, 0
+    for ins in code:
+        if len(ins) == 1:
+            labels[ins[0]] = i
+        else:
+            i += 1
+    out, i = [], 0
+    for ins in code:
+        if len(ins) == 1:
+            continue
+        op, k, jt, jf = ins
+        rel = [labels[x] - i - 1 if x else 0 for x in (jt, jf)]
+        out.append(struct.pack("=HBBI", op, rel[0], rel[1], k))
+        i += 1
+    return b"".join(out), i
+
+
+LL_FS_WRITE = (1 << 1) | (0xFF << 4) | (1 << 12)  # write_file, remove/make_*
+LL_FS_READ = (1 << 2) | (1 << 3)  # read_file, read_dir
+LL_FILE_RIGHTS = (1 << 0) | (1 << 1) | (1 << 2) | (1 << 14) | (1 << 15)
+
+
+def landlock(scratch, read_roots):
+    """Returns the features it applied ([] when Landlock is unavailable)."""
+    try:
+        abi = _syscall(444, None, ctypes.c_size_t(0), ctypes.c_uint32(1))
+    except OSError:
+        return []
+    fs = LL_FS_WRITE | LL_FS_READ | (1 << 13 if abi >= 2 else 0) \
+        | (1 << 14 if abi >= 3 else 0) | (1 << 15 if abi >= 5 else 0)
+    net = 3 if abi >= 4 else 0  # bind and connect TCP
+    scoped = 3 if abi >= 6 else 0  # abstract unix sockets, signals
+    attr = struct.pack("=QQQ", fs, net, scoped)[:8 if abi < 4 else
+                                                 16 if abi < 6 else 24]
+    ruleset = _syscall(444, attr, ctypes.c_size_t(len(attr)),
+                       ctypes.c_uint32(0))
+
+    def allow(path, access):
+        try:
+            fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+        except OSError:
+            return
+        try:
+            if not os.path.isdir(path):
+                access &= LL_FILE_RIGHTS
+            rule = struct.pack("=Qi", access & fs, fd)
+            _syscall(445, ctypes.c_int(ruleset), ctypes.c_int(1), rule,
+                     ctypes.c_uint32(0))
+        finally:
+            os.close(fd)
+
+    allow(scratch, fs)
+    for path in read_roots:
+        allow(path, LL_FS_READ)
+    allow("/dev/null", fs)
+    _syscall(446, ctypes.c_int(ruleset), ctypes.c_uint32(0))
+    os.close(ruleset)
+    return ["landlock-fs"] + (["landlock-net"] if net else []) \
+        + (["landlock-scope"] if scoped else [])
+
+
+def confine(scratch, read_roots, protected):
+    """no_new_privs, then Landlock, then seccomp; raises if seccomp fails."""
+    _prctl(38, 1)  # PR_SET_NO_NEW_PRIVS
+    applied = landlock(scratch, read_roots)
+    prog, n = seccomp_program(protected)
+    buf = ctypes.create_string_buffer(prog, len(prog))
+    fprog = ctypes.create_string_buffer(
+        struct.pack("=HxxxxxxQ", n, ctypes.addressof(buf)), 16)
+    _prctl(22, 2, fprog)  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+    return applied + ["seccomp"]
+
+
+def python_roots():
+    """What the candidate's interpreter reads: the system and Python dirs."""
+    roots = ["/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin",
+             "/etc", "/proc", "/sys", "/dev/null", "/dev/zero", "/dev/full",
+             "/dev/random", "/dev/urandom"]
+    for p in (sys.prefix, sys.base_prefix, sys.exec_prefix,
+              sys.base_exec_prefix,
+              os.path.dirname(os.path.realpath(sys.executable))):
+        if p and p not in roots:
+            roots.append(p)
+    return roots
+
+
+# -- the judge -----------------------------------------------------------------
+
+
+class CandidateGone(BaseException):
+    """The candidate died, hung or spoke garbage: not catchable by tests."""
+
+
+class Channel:
+    """The judge's side of the candidate's pipes, every wait bounded."""
+
+    def __init__(self, pid, to_c, from_c, err, deadline):
+        self.pid, self.to_c, self.from_c, self.err = pid, to_c, from_c, err
+        self.deadline, self.buf, self.tail = deadline, b"", b""
+        for fd in (to_c, from_c, err):
+            os.set_blocking(fd, False)
+        self.poller = select.poll()
+        self.poller.register(from_c, select.POLLIN)
+        self.poller.register(err, select.POLLIN)
+
+    def _pump(self, want_out):
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise CandidateGone("timeout")
+        if want_out:
+            self.poller.register(self.to_c, select.POLLOUT)
+        events = self.poller.poll(left * 1000)
+        if want_out:
+            self.poller.unregister(self.to_c)
+        ready = {fd for fd, _ in events}
+        if self.err in ready:
+            chunk = os.read(self.err, 65536)
+            if chunk:
+                self.tail = (self.tail + chunk)[-TAIL_BYTES:]
+            else:
+                self.poller.unregister(self.err)
+        if self.from_c in ready:
+            chunk = os.read(self.from_c, 65536)
+            if not chunk:
+                raise CandidateGone("exited")
+            self.buf += chunk
+            if len(self.buf) > MAX_REPLY + 4:
+                raise CandidateGone(f"sent more than {MAX_REPLY} bytes")
+        return ready
+
+    def drain_stderr(self, within_s):
+        """The candidate's stderr tail, read until EOF or `within_s`."""
+        poller, end = select.poll(), time.monotonic() + within_s
+        poller.register(self.err, select.POLLIN)
+        while True:
+            left = end - time.monotonic()
+            if left <= 0 or not poller.poll(left * 1000):
+                return self.tail
+            chunk = os.read(self.err, 65536)
+            if not chunk:
+                return self.tail
+            self.tail = (self.tail + chunk)[-TAIL_BYTES:]
+
+    def send(self, value):
+        data = frame(encode(value))
+        while data:
+            if self.to_c in self._pump(True):
+                try:
+                    data = data[os.write(self.to_c, data):]
+                except BrokenPipeError:
+                    raise CandidateGone("exited") from None
+
+    def recv(self):
+        while True:
+            if len(self.buf) >= 4:
+                k = int.from_bytes(self.buf[:4], "big")
+                if k > MAX_REPLY:
+                    raise CandidateGone(f"sent more than {MAX_REPLY} bytes")
+                if len(self.buf) >= 4 + k:
+                    payload, self.buf = self.buf[4:4 + k], self.buf[4 + k:]
+                    try:
+                        return decode(payload)
+                    except (ValueError, TypeError, RecursionError,
+                            MemoryError, UnicodeError, IndexError) as e:
+                        raise CandidateGone(f"sent garbage ({e})") from None
+            self._pump(False)
+
+
+def spawn_candidate(python, scratch, protected, site):
+    """Forks, confines and execs the candidate; returns pid and our fds."""
+    req_r, req_w = os.pipe()
+    rep_r, rep_w = os.pipe()
+    err_r, err_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setsid()
+            null = os.open(os.devnull, os.O_RDWR)
+            for src, dst in ((null, 0), (null, 1), (err_w, 2), (req_r, 3),
+                             (rep_w, 4)):
+                os.dup2(src, dst)
+            os.closerange(5, 1 << 16)
+            # Only the runner and the judge exist yet: our /proc files may
+            # be ours again (exec resets this anyway).
+            _prctl(4, 1)  # PR_SET_DUMPABLE
+            try:
+                with open("/proc/self/oom_score_adj", "w") as f:
+                    f.write("1000")  # the OOM killer takes the candidate first
+            except OSError:
+                pass
+            os.chdir(scratch)
+            applied = confine(scratch, python_roots() + [scratch], protected)
+            env = dict(os.environ, TMPDIR=scratch, HOME=scratch)
+            flags = ["-I"] if site else ["-I", "-S"]
+            os.execve(python, [python] + flags + ["-c", BOOTSTRAP] + applied,
+                      env)
+        except BaseException as e:
+            os.write(2, f"sandbox_runner: cannot start the candidate: "
+                        f"{e}\n".encode())
+        os._exit(CONFINE_FAILED)
+    for fd in (req_r, rep_w, err_w):
+        os.close(fd)
+    return pid, req_w, rep_r, err_r
+
+
+def describe(e, test):
+    """One line for an exception of the tests: type, message, test line."""
+    line, tb = None, e.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == "<test>":
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    text = f"{type(e).__name__}: {e}".strip()
+    if line is not None:
+        src = test.splitlines()[line - 1].strip() if 0 < line <= len(
+            test.splitlines()) else ""
+        text += f" (test line {line}: {src})"
+    return text
+
+
+def make_proxy(chan, name):
+    builtins = __builtins__ if isinstance(__builtins__, dict) \
+        else vars(__builtins__)
+
+    def candidate(*args, **kwargs):
+        try:
+            chan.send(("call", args, kwargs))
+        except TypeError as e:
+            raise TypeError(f"the judge cannot pass this to {name}: {e}")
+        reply = chan.recv()
+        if type(reply) is tuple and reply[:1] == ("ok",) and len(reply) == 2:
+            return reply[1]
+        if type(reply) is tuple and len(reply) == 3 and reply[0] == "raise" \
+                and type(reply[1]) is str and type(reply[2]) is str:
+            kind = builtins.get(reply[1])
+            if not (isinstance(kind, type) and issubclass(kind, Exception)):
+                kind = RuntimeError
+            raise kind(reply[2] if kind is not RuntimeError
+                       else f"{reply[1]}: {reply[2]}")
+        raise CandidateGone("sent an answer that is not one")
+
+    candidate.__name__ = candidate.__qualname__ = name
+    return candidate
+
+
+def judge(chan, req):
+    """(status, detail) of the tests against the candidate behind `chan`."""
+    hello = chan.recv()
+    if type(hello) is not tuple or hello[:1] != ("ready",):
+        raise CandidateGone("did not start")
+    chan.features = list(hello[1])
+    chan.started = True  # from here on, whatever happens is the candidate's
+    chan.send(("load", req["prompt"] + req["completion"], req["entry_point"]))
+    reply = chan.recv()
+    if reply != ("loaded",):
+        return "failed", "the program failed to load: " + (
+            f"{reply[1]}: {reply[2]}" if type(reply) is tuple
+            and len(reply) == 3 else repr(reply)[:200])
+    ns = {"__name__": "__main__", "__builtins__": __builtins__}
+    exec(compile(req["prompt"], "<prompt>", "exec"), ns)
+    proxy = make_proxy(chan, req["entry_point"])
+    ns[req["entry_point"]] = proxy
+    exec(compile(req["test"], "<test>", "exec"), ns)
+    try:
+        ns["check"](proxy)
+    except CandidateGone:
+        raise
+    except BaseException as e:
+        return "failed", describe(e, req["test"])
+    return "passed", ""
+
+
+def reap(pid, within_s):
+    """Exit code (negative signal) of a child, or None if it lingers."""
+    end = time.monotonic() + within_s
+    while True:
+        try:
+            done, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return None
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        if time.monotonic() > end:
+            return None
+        time.sleep(0.001)
+
+
+def judge_main(req, scratch, protected, deadline, verdict_w):
+    """The judge process: runs the tests, reports on `verdict_w`, exits."""
+    try:
+        pid, to_c, from_c, err = spawn_candidate(
+            sys.executable, scratch, protected,
+            req.get("site_packages") is True)
+        chan = Channel(pid, to_c, from_c, err, deadline)
+        chan.started, chan.features = False, []
+        try:
+            status, detail = judge(chan, req)
+        except CandidateGone as e:
+            if not chan.started:
+                raise
+            status, detail = ("timeout", "") if str(e) == "timeout" else (
+                "failed", f"the candidate {e} before the tests ended")
+        finally:
+            try:
+                os.kill(pid, SIGKILL)
+            except OSError:
+                pass
+            code = reap(pid, 1.0)
+            tail = chan.drain_stderr(0.2).decode("utf-8", "replace")
+        if status == "failed" and "before the tests ended" in detail:
+            detail = detail.replace("the candidate ", "the candidate "
+                                    f"(exit {code}) ", 1)
+        if status != "passed":
+            detail = (detail + "\n" + tail).strip()
+        verdict = {"status": status, "detail": detail[-DETAIL_CHARS:],
+                   "confinement": chan.features}
+    except BaseException as e:
+        why = f"{type(e).__name__}: {e}"
+        if "chan" in locals():
+            why += " " + chan.drain_stderr(1.0).decode("utf-8", "replace")
+        verdict = {"error": why.strip()[-DETAIL_CHARS:]}
+    try:
+        os.write(verdict_w, json.dumps(verdict).encode())
+    finally:
+        os._exit(0)
+
+
+# -- the runner: processes ----------------------------------------------------
+
+
+def descendants(me):
+    """Every process below `me`, from /proc (no children file needed)."""
+    kids = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            fd = os.open(f"/proc/{name}/stat", os.O_RDONLY)
+            try:
+                stat = os.read(fd, 1024)
+            finally:
+                os.close(fd)
+        except OSError:
+            continue
+        ppid = int(stat[stat.rindex(b")") + 2:].split(b" ", 2)[1])
+        kids.setdefault(ppid, []).append(int(name))
+    out, todo = [], [me]
+    while todo:
+        for pid in kids.get(todo.pop(), ()):
+            out.append(pid)
+            todo.append(pid)
+    return out
+
+
+def end_everything():
+    """Kills and reaps every descendant; True once none is left."""
+    me, end = os.getpid(), time.monotonic() + KILL_S
+    while time.monotonic() < end:
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0]:
+                pass
+        except ChildProcessError:
+            return True  # a subreaper without children has no descendants
+        for pid in descendants(me):
+            try:
+                os.kill(pid, SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.0005)
+    return False
+
+
+def await_verdict(verdict_r, judge_pid, deadline):
+    """The judge's verdict, or None if it died or overran its deadline."""
+    poller = select.poll()
+    poller.register(verdict_r, select.POLLIN)
+    data = b""
+    while len(data) < (1 << 20):
+        left = deadline - time.monotonic()
+        if left <= 0 or not poller.poll(left * 1000):
+            return None, None
+        chunk = os.read(verdict_r, 65536)
+        if not chunk:
+            break
+        data += chunk
+    status = reap(judge_pid, 1.0)
+    try:
+        return json.loads(data), status
+    except ValueError:
+        return None, status
+
+
+# -- the runner: files ---------------------------------------------------------
 
 
 class BadRequest(Exception):
@@ -73,150 +723,99 @@ def read_request(path):
     return req
 
 
-def program_text(req):
-    return (req["prompt"] + req["completion"] + "\n" + req["test"] + "\n"
-            + f"check({req['entry_point']})\n")
-
-
-def pipe_above_4():
-    """A pipe whose ends are above fd 4, so the child's dup2s cannot clash."""
-    ends = []
-    for fd in os.pipe():
-        ends.append(fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 5))
-        os.close(fd)
-    return ends
-
-
-def spawn(prog_r, err_w, done_w):
-    """Starts the bootstrap in its own session: pid == its process group."""
-    actions = [
-        (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-        (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
-        (os.POSIX_SPAWN_DUP2, err_w, 2),
-        (os.POSIX_SPAWN_DUP2, prog_r, 3),
-        (os.POSIX_SPAWN_DUP2, done_w, 4),
-    ]
-    argv = [sys.executable, "-c", BOOTSTRAP]
-    return os.posix_spawn(sys.executable, argv, os.environ,
-                          file_actions=actions, setsid=True)
-
-
-def send_all(fd, data):
+def reserve_result():
+    """An unnamed file for result.json, its blocks taken now: the candidate
+    can neither see it nor fill the disk before it is written."""
     try:
-        while data:  # the child reads all of it before running anything
-            data = data[os.write(fd, data):]
-    except BrokenPipeError:
-        pass  # it died at start; its exit status tells
-    finally:
-        os.close(fd)
-
-
-def watch(pid, err_r, deadline):
-    """Reads stderr until the child exits or the deadline passes.
-
-    Returns (wait status, or None at the deadline; stderr tail). Waits on a
-    pidfd so the exit is seen at once; without one, polls every 10 ms.
-    """
-    try:
-        pidfd = os.pidfd_open(pid)
+        fd = os.open(".", os.O_TMPFILE | os.O_RDWR | os.O_CLOEXEC, 0o644)
     except (AttributeError, OSError):
-        pidfd = None
-    poller = select.poll()
-    poller.register(err_r, select.POLLIN)
-    if pidfd is not None:
-        poller.register(pidfd, select.POLLIN)
-    tail, status = b"", None
-    while status is None:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            break
-        wait_s = left if pidfd is not None else min(left, 0.01)
-        for fd, _ in poller.poll(wait_s * 1000):
-            if fd == err_r:
-                chunk = os.read(err_r, 65536)
-                if chunk:
-                    tail = (tail + chunk)[-TAIL_BYTES:]
-                else:
-                    poller.unregister(err_r)  # EOF; the exit follows
-        done, wait_status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            status = wait_status
-    if pidfd is not None:
-        os.close(pidfd)
-    return status, tail
-
-
-def drain(fd, tail, deadline):
-    """The rest of a pipe whose writers were killed, until EOF or deadline."""
-    poller = select.poll()
-    poller.register(fd, select.POLLIN)
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0 or not poller.poll(left * 1000):
-            return tail
-        chunk = os.read(fd, 65536)
-        if not chunk:
-            return tail
-        tail = (tail + chunk)[-TAIL_BYTES:]
-
-
-def kill_group(pid):
+        return None
     try:
-        os.killpg(pid, SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass  # the group is gone already
+        os.posix_fallocate(fd, 0, RESERVE_BYTES)
+    except OSError:
+        pass
+    return fd
 
 
-def read_nonce(fd):
-    poller = select.poll()
-    poller.register(fd, select.POLLIN)
-    return os.read(fd, 64) if poller.poll(0) else b""
-
-
-def run_program(program, timeout):
-    """Runs the program; returns (status word, stderr tail as text)."""
-    nonce = os.urandom(16).hex().encode()
-    prog_r, prog_w = pipe_above_4()
-    err_r, err_w = pipe_above_4()
-    done_r, done_w = pipe_above_4()
+def remove_tree(path):
+    """Removes a file or directory tree without following symlinks."""
     try:
-        pid = spawn(prog_r, err_w, done_w)
-    finally:
-        for fd in (prog_r, err_w, done_w):
-            os.close(fd)
-    send_all(prog_w, nonce + b"\n" + program.encode("utf-8"))
-    status, tail = watch(pid, err_r, time.monotonic() + timeout)
-    # Whatever the program started dies with it, before result.json exists.
-    kill_group(pid)
-    timed_out = status is None
-    if timed_out:
-        status = os.waitpid(pid, 0)[1]
-    tail = drain(err_r, tail, time.monotonic() + DRAIN_S)
-    ran_to_end = read_nonce(done_r) == nonce
-    os.close(err_r)
-    os.close(done_r)
-    detail = tail.decode("utf-8", "replace")[-DETAIL_CHARS:]
-    if timed_out:
-        return "timeout", f"timed out after {timeout:g} s\n{detail}".strip()
-    if ran_to_end and os.waitstatus_to_exitcode(status) == 0:
-        return "passed", detail
-    if not ran_to_end and not detail:
-        code = os.waitstatus_to_exitcode(status)
-        detail = f"exited with status {code} before the tests completed"
-    return "failed", detail
-
-
-def write_result(path, result):
-    """Atomically, replacing whatever the submission may have put there."""
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(result, f)
-    try:
-        os.replace(tmp, path)
+        os.unlink(path)
+        return
     except IsADirectoryError:
-        import shutil
-        shutil.rmtree(path)
+        pass
+    except FileNotFoundError:
+        return
+    for entry in os.scandir(path):
+        remove_tree(os.path.join(path, entry.name))
+    os.rmdir(path)
+
+
+def write_result(reserved, path, result):
+    """Replaces whatever is at `path` with the verdict, written last."""
+    data = json.dumps(result).encode()
+    tmp = f".result-{os.urandom(8).hex()}.tmp"
+    if reserved is not None:
+        os.pwrite(reserved, data, 0)
+        os.ftruncate(reserved, len(data))
+        # linkat(AT_SYMLINK_FOLLOW) of /proc/self/fd/N names the unnamed
+        # file; os.link uses linkat only with a directory fd.
+        fds = os.open("/proc/self/fd", os.O_PATH | os.O_CLOEXEC)
+        try:
+            os.link(str(reserved), tmp, src_dir_fd=fds)
+        finally:
+            os.close(fds)
+    else:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL
+                     | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        with open(fd, "wb") as f:
+            f.write(data)
+    try:
         os.replace(tmp, path)
+    except OSError:  # a directory there, or a path made unusable
+        remove_tree(path)
+        os.replace(tmp, path)
+
+
+def run(req):
+    """Forks the judge, ends everything, returns (status, detail, features)."""
+    _prctl(36, 1)  # PR_SET_CHILD_SUBREAPER: orphans come back to us
+    _prctl(4, 0)  # PR_SET_DUMPABLE: no ptrace, /proc/<pid>/mem, ... of us
+    timeout = float(req.get("timeout_s", 10))
+    scratch = os.path.abspath(f".candidate-{os.urandom(6).hex()}")
+    os.mkdir(scratch, 0o700)
+    # What the candidate must not signal, renice, limit or open a pidfd of:
+    # us, the judge, our parent, and their process groups; -1 is everyone.
+    me, parent = os.getpid(), os.getppid()
+    protected = {me, parent, -1, -me, -os.getpgid(0)}
+    try:
+        protected.add(-os.getpgid(parent))
+    except OSError:
+        pass
+    deadline = time.monotonic() + timeout
+    verdict_r, verdict_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(verdict_r)
+        judge_main(req, scratch, protected | {os.getpid(), -os.getpid()},
+                   deadline, verdict_w)
+    os.close(verdict_w)
+    verdict, status = await_verdict(verdict_r, pid,
+                                     deadline + JUDGE_GRACE_S)
+    os.close(verdict_r)
+    if not end_everything():
+        raise RuntimeError("could not end the candidate's processes")
+    if verdict is None:
+        if status is None:
+            return "timeout", f"timed out after {timeout:g} s", []
+        return "failed", (f"the judge died (exit {status}) on the "
+                          "candidate's output"), []
+    if "error" in verdict:
+        raise RuntimeError(f"the judge failed: {verdict['error']}")
+    if verdict["status"] == "timeout":
+        verdict["detail"] = (f"timed out after {timeout:g} s\n"
+                             + verdict["detail"]).strip()
+    return verdict["status"], verdict["detail"], verdict["confinement"]
 
 
 def main(argv):
@@ -229,15 +828,29 @@ def main(argv):
     except (BadRequest, ValueError, OSError) as e:
         print(f"sandbox_runner: bad {argv[1]}: {e}", file=sys.stderr)
         return 2
-    status, detail = run_program(program_text(req), float(req.get(
-        "timeout_s", 10)))
+    reserved = reserve_result()
+    here, home = os.getcwd(), os.stat(".")
+    try:
+        status, detail, features = run(req)
+    except Exception as e:
+        print(f"sandbox_runner: {type(e).__name__}: {e}", file=sys.stderr)
+        return 3
+    try:
+        now = os.stat(here, follow_symlinks=False)
+        moved = (now.st_dev, now.st_ino) != (home.st_dev, home.st_ino)
+    except OSError:
+        moved = True
+    if moved:
+        # Only possible without Landlock: the directory was swapped.
+        status, detail = "failed", "the candidate moved the call directory"
     passed = status == "passed"
-    write_result(argv[2], {
+    write_result(reserved, argv[2], {
         "reward": 1.0 if passed else 0.0,
         "passed": passed,
         "status": status,
         "task_id": req.get("task_id"),
         "detail": detail,
+        "confinement": features,
     })
     return 0
 
