@@ -40,15 +40,15 @@ which would add milliseconds to every start.
 import sys
 
 # Before any other import: no directory the candidate could write may stay on
-# the path (the script's, the working directory, HOME's user site).
-_home = __import__("os").environ.get("HOME", "")
+# the path (the script's, the working directory, the user site in HOME).
+_user = getattr(sys.modules.get("site"), "USER_BASE", None) or ""
 
 
 def _safe_path_entry(p, os=__import__("os")):
     if not p or not os.path.isabs(p):
         return False
     here = os.path.dirname(os.path.abspath(__file__))
-    for d in (here, os.getcwd(), _home):
+    for d in (here, os.getcwd(), _user):
         if d and (p == d or p.startswith(d.rstrip("/") + "/")):
             return False
     if os.geteuid() == 0:
