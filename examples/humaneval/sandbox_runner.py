@@ -550,6 +550,13 @@ def make_proxy(chan, name):
 
 def judge(chan, req):
     """(status, detail) of the tests against the candidate behind `chan`."""
+    # While the candidate's interpreter starts: the prompt's helpers and the
+    # tests, with the entry point bound to the proxy.
+    ns = {"__name__": "__main__", "__builtins__": __builtins__}
+    exec(compile(req["prompt"], "<prompt>", "exec"), ns)
+    proxy = make_proxy(chan, req["entry_point"])
+    ns[req["entry_point"]] = proxy
+    exec(compile(req["test"], "<test>", "exec"), ns)
     hello = chan.recv()
     if type(hello) is not tuple or hello[:1] != ("ready",):
         raise CandidateGone("did not start")
@@ -561,11 +568,6 @@ def judge(chan, req):
         return "failed", "the program failed to load: " + (
             f"{reply[1]}: {reply[2]}" if type(reply) is tuple
             and len(reply) == 3 else repr(reply)[:200])
-    ns = {"__name__": "__main__", "__builtins__": __builtins__}
-    exec(compile(req["prompt"], "<prompt>", "exec"), ns)
-    proxy = make_proxy(chan, req["entry_point"])
-    ns[req["entry_point"]] = proxy
-    exec(compile(req["test"], "<test>", "exec"), ns)
     try:
         ns["check"](proxy)
     except CandidateGone:
@@ -577,17 +579,31 @@ def judge(chan, req):
 
 def reap(pid, within_s):
     """Exit code (negative signal) of a child, or None if it lingers."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        pidfd = None  # a zombie already: waitpid has it
+    except (AttributeError, OSError):
+        pidfd = -1  # no pidfds: poll every millisecond
     end = time.monotonic() + within_s
-    while True:
-        try:
-            done, status = os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            return None
-        if done:
-            return os.waitstatus_to_exitcode(status)
-        if time.monotonic() > end:
-            return None
-        time.sleep(0.001)
+    try:
+        while True:
+            try:
+                done, status = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                return None
+            if done:
+                return os.waitstatus_to_exitcode(status)
+            left = end - time.monotonic()
+            if left <= 0:
+                return None
+            if pidfd is None or pidfd < 0:
+                time.sleep(min(left, 0.001))
+            else:
+                select.select([pidfd], [], [], left)
+    finally:
+        if pidfd is not None and pidfd >= 0:
+            os.close(pidfd)
 
 
 def judge_main(req, scratch, protected, deadline, verdict_w):
