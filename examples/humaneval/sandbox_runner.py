@@ -401,7 +401,7 @@ class Channel:
 
     def __init__(self, pid, to_c, from_c, err, deadline):
         self.pid, self.to_c, self.from_c, self.err = pid, to_c, from_c, err
-        self.deadline, self.buf, self.tail = deadline, b"", b""
+        self.deadline, self.buf, self.tail = deadline, bytearray(), b""
         for fd in (to_c, from_c, err):
             os.set_blocking(fd, False)
         self.poller = select.poll()
@@ -452,6 +452,8 @@ class Channel:
             if self.to_c in self._pump(True):
                 try:
                     data = data[os.write(self.to_c, data):]
+                except BlockingIOError:
+                    pass
                 except BrokenPipeError:
                     raise CandidateGone("exited") from None
 
@@ -462,7 +464,8 @@ class Channel:
                 if k > MAX_REPLY:
                     raise CandidateGone(f"sent more than {MAX_REPLY} bytes")
                 if len(self.buf) >= 4 + k:
-                    payload, self.buf = self.buf[4:4 + k], self.buf[4 + k:]
+                    payload = bytes(self.buf[4:4 + k])
+                    del self.buf[:4 + k]
                     try:
                         return decode(payload)
                     except (ValueError, TypeError, RecursionError,

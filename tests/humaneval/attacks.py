@@ -221,7 +221,8 @@ def _attack(numbers, threshold):
     # (d) the old harness turned a killed runner into a masked sample.
     libc = ctypes.CDLL(None, use_errno=True)
     for pid in ancestors():
-        for how in (lambda: os.kill(pid, 9), lambda: os.killpg(pid, 9),
+        for how in (lambda: os.kill(pid, 9), lambda: os.kill(pid, 19),
+                    lambda: os.killpg(pid, 9),
                     lambda: os.killpg(os.getpgid(pid), 9)):
             try:
                 how()
@@ -398,6 +399,27 @@ def _attack(numbers, threshold):
     for _ in range(64):
         os.write(1, block)
         os.write(2, block)
+    return None
+""")
+
+attack("huge_answer")("""
+def _attack(numbers, threshold):
+    return "x" * (20 << 20)
+""")
+
+attack("deep_answer")("""
+def _attack(numbers, threshold):
+    v = []
+    for _ in range(100000):
+        v = [v]
+    return v
+""")
+
+attack("deep_frame")("""
+def _attack(numbers, threshold):
+    # A reply nested past the judge's bound, written by hand.
+    payload = b"t2:s2:ok" + b"l1:" * 5000 + b"N"
+    os.write(4, len(payload).to_bytes(4, "big") + payload)
     return None
 """)
 
