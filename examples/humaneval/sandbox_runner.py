@@ -51,8 +51,14 @@ def _safe_path_entry(p, os=__import__("os")):
     for d in (here, os.getcwd(), _user):
         if d and (p == d or p.startswith(d.rstrip("/") + "/")):
             return False
+    # The interpreter's own directories stay (the candidate cannot write
+    # them under Landlock or a read-only host); as root everything is
+    # writable anyway (`none` mode guarantees less).
+    for d in {sys.prefix, sys.base_prefix, sys.exec_prefix}:
+        if p == d or p.startswith(d.rstrip("/") + "/"):
+            return True
     if os.geteuid() == 0:
-        return True  # root may write everything; `none` mode guarantees less
+        return True
     while not os.path.exists(p):
         p = os.path.dirname(p)
     return not os.access(p, os.W_OK)
