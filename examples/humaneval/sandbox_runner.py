@@ -13,7 +13,8 @@ Three processes (README.md has the guarantees and what each one stops):
   setsid'd or not, and only then writes result.json itself: into a file
   reserved before the candidate ran (O_TMPFILE, preallocated), linked under a
   fresh name and renamed over whatever is there. After the candidate starts
-  it imports nothing, and its sys.path never held a writable directory.
+  it imports nothing, and its sys.path holds no directory the candidate can
+  write (the script's, the working directory, the user site are dropped).
 - the judge (a fork of the runner, so also not dumpable): runs prompt + test
   + check(entry_point) in its own interpreter, where `entry_point` is a proxy
   that sends the arguments to the candidate and decodes the answer. Only
