@@ -114,12 +114,13 @@ TEST_CASE_METHOD(fixture, "upload deadline: upload_timeout_s") {
   CHECK(ledger->not_stopped_once().empty());
 }
 
-TEST_CASE_METHOD(fixture, "exec deadline: exec_timeout_s plus grace") {
+TEST_CASE_METHOD(fixture, "exec deadline: exec_timeout_s plus grace; no "
+                          "report is the provider's fault") {
   start(fault_at(scripted_op::exec, scripted_fault::hang));
   submit();
   auto out = reply_exactly_at(35s);
-  check_failure(out, failure_kind::verifier_error, verification_state::exec,
-                failure_cause::timeout);
+  check_failure(out, failure_kind::provider_unavailable,
+                verification_state::exec, failure_cause::timeout);
   CHECK(out.timings.exec == 35000.0);
   CHECK(ledger->not_stopped_once().empty());
 }
