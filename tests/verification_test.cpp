@@ -5,7 +5,11 @@
 #include "actors/verification.hpp"
 #include "grading_fixture.hpp"
 
+#include <algorithm>
+#include <caf/send.hpp>
 #include <catch2/catch.hpp>
+#include <iostream>
+#include <sstream>
 
 using namespace sv;
 using namespace std::chrono_literals;
@@ -328,4 +332,192 @@ TEST_CASE_METHOD(fixture, "a throwing parser crashes the verification: "
   auto s = stats();
   CHECK(s.crashed == 1);
   CHECK(s.sandboxes_stopped == 1);
+}
+
+// -- stale messages, dead providers, late creates (issue 8) -------------------
+
+namespace {
+
+using poll_message_atom = caf::atom_constant<caf::atom("poll")>;
+
+/// Captures what is written to std::cout while it lives.
+struct stdout_capture {
+  std::ostringstream text;
+  std::streambuf* old = std::cout.rdbuf(text.rdbuf());
+  ~stdout_capture() { std::cout.rdbuf(old); }
+};
+
+caf::scheduled_actor* as_scheduled(const provider_actor& hdl) {
+  return dynamic_cast<caf::scheduled_actor*>(
+    caf::actor_cast<caf::abstract_actor*>(hdl));
+}
+
+/// The first element of the next message in `actor`'s mailbox, if an atom.
+/// Peek only at a scheduled actor: peeking at a blocked mailbox unblocks it
+/// without scheduling the actor.
+std::string head_of_mailbox(caf::scheduled_actor* actor) {
+  auto* e = actor->mailbox().peek();
+  if (e == nullptr || !e->content().match_element<caf::atom_value>(0))
+    return {};
+  return to_string(e->content().get_as<caf::atom_value>(0));
+}
+
+struct stepping_fixture : fixture {
+  bool scheduled(caf::scheduled_actor* actor) {
+    auto* job = static_cast<caf::resumable*>(actor);
+    return std::find(sched.jobs.begin(), sched.jobs.end(), job) !=
+           sched.jobs.end();
+  }
+
+  /// Runs one job at a time until `atom` heads `actor`'s mailbox.
+  void run_until_head(caf::scheduled_actor* actor, const std::string& atom) {
+    while (!scheduled(actor) || head_of_mailbox(actor) != atom)
+      REQUIRE(sched.try_run_once());
+  }
+};
+
+} // namespace
+
+TEST_CASE_METHOD(stepping_fixture,
+                 "a stale poll after ready is dropped: the "
+                 "verification lives on and nothing reaches stdout") {
+  start(fault_at(scripted_op::exec, scripted_fault::delay, 1s));
+  submit();
+  auto* prov = as_scheduled(provider);
+  REQUIRE(prov != nullptr);
+  // Run until the exec request waits in the provider's mailbox; its sender
+  // is the verification actor, now in exec.
+  run_until_head(prov, "exec");
+  auto verifier = caf::actor_cast<caf::actor>(prov->mailbox().peek()->sender);
+  REQUIRE(verifier);
+  stdout_capture out;
+  // A poll of the ready state, as the verification's own timer sends it
+  // (with and without a generation tag): harmless in exec.
+  caf::send_as(verifier, verifier, poll_message_atom::value);
+  caf::send_as(verifier, verifier, poll_message_atom::value, uint64_t{1});
+  caf::send_as(verifier, verifier, caf::atom("bogus"), 42);
+  auto reply = reply_exactly_at(1s);
+  INFO("failure: " << reply.failure.message);
+  CHECK(reply.ok);
+  CHECK(out.text.str().empty());
+  CHECK(stats().crashed == 0);
+  CHECK(ledger->not_stopped_once().empty());
+}
+
+TEST_CASE_METHOD(fixture, "a provider death during exec: node_down at once, "
+                          "the sandbox stopped once through the replacement, "
+                          "the old exec timeout does nothing") {
+  auto cfg = restarting();
+  // The replacement stops slowly: past the 35 s exec deadline of the
+  // request that went to the dead provider.
+  cfg.restart_provider = [this](caf::actor_system& sys) {
+    scripted_script slow;
+    slow.steps[scripted_op::stop] = {
+      scripted_step{scripted_fault::delay, 40s, false}};
+    auto hdl = spawn_scripted_provider(sys, std::move(slow), ledger);
+    spawned.push_back(caf::actor_cast<caf::actor>(hdl));
+    return hdl;
+  };
+  start(fault_at(scripted_op::exec, scripted_fault::hang), cfg);
+  submit();
+  run_for(1s);
+  caf::anon_send_exit(provider, caf::exit_reason::kill);
+  auto out = reply_now();
+  check_failure(out, failure_kind::provider_unavailable,
+                verification_state::exec, failure_cause::node_down);
+  run_for(100s);
+  CHECK_FALSE(take<verification_outcome>().has_value());
+  CHECK(ledger->creates() == 1);
+  CHECK(ledger->stops() == 1);
+  CHECK(ledger->not_stopped_once().empty());
+  auto s = stats();
+  CHECK(s.provider_restarts == 1);
+  CHECK(s.sandboxes_stopped == 1);
+  CHECK(s.stop_failures == 0);
+  CHECK(s.in_flight == 0);
+}
+
+TEST_CASE_METHOD(stepping_fixture,
+                 "a request bounced from a dying provider: no stop "
+                 "through it; the replacement stops the sandbox "
+                 "once") {
+  start({}, restarting());
+  submit();
+  auto* prov = as_scheduled(provider);
+  REQUIRE(prov != nullptr);
+  run_until_head(prov, "upload");
+  // The provider dies before it reads the upload (an urgent exit jumps the
+  // queue): the upload bounces to the verification before the provider's
+  // down_msg reaches the supervisor.
+  caf::anon_send<caf::message_priority::high>(
+    caf::actor_cast<caf::actor>(provider),
+    caf::exit_msg{provider.address(), caf::exit_reason::kill});
+  auto out = reply_now();
+  check_failure(out, failure_kind::provider_unavailable,
+                verification_state::upload, failure_cause::node_down);
+  run_for(60s);
+  CHECK_FALSE(take<verification_outcome>().has_value());
+  CHECK(ledger->creates() == 1);
+  CHECK(ledger->stops() == 1);
+  CHECK(ledger->not_stopped_once().empty());
+  auto s = stats();
+  CHECK(s.provider_restarts == 1);
+  CHECK(s.sandboxes_stopped == 1);
+  CHECK(s.stop_failures == 0);
+}
+
+TEST_CASE_METHOD(fixture, "a late create keeps its create slot until the "
+                          "provider answers, then its sandbox is stopped") {
+  scripted_script script;
+  script.steps[scripted_op::create] = {
+    scripted_step{scripted_fault::delay, 15s, false}};
+  supervisor_config cfg;
+  cfg.max_creating = 1;
+  start(std::move(script), cfg);
+  submit(make_request("late"));
+  submit(make_request("next"));
+  auto first = reply_exactly_at(10s);
+  CHECK(first.id == "late");
+  check_failure(first, failure_kind::provider_unavailable,
+                verification_state::create, failure_cause::timeout);
+  // The provider is still creating: the cap holds the second one back.
+  run_for(5s - 1ns);
+  CHECK(ledger->calls(scripted_op::create) == 1);
+  auto s = stats();
+  CHECK(s.creating == 1);
+  CHECK(s.in_flight == 0); // the first has its reply
+  CHECK(s.queued == 1);
+  // The late sandbox comes, is stopped, and only then the slot is free.
+  run_for(1ns);
+  CHECK(ledger->calls(scripted_op::create) == 2);
+  auto second = reply_now();
+  CHECK(second.id == "next");
+  CHECK(second.ok);
+  CHECK(ledger->creates() == 2);
+  CHECK(ledger->not_stopped_once().empty());
+  s = stats();
+  CHECK(s.peak_creating == 1);
+  CHECK(s.sandboxes_created == 2);
+  CHECK(s.sandboxes_stopped == 2);
+  CHECK(s.creating == 0);
+}
+
+TEST_CASE_METHOD(fixture, "a late create after a provider death settles "
+                          "and frees its slot") {
+  scripted_script script;
+  script.steps[scripted_op::create] = {scripted_step{scripted_fault::hang}};
+  supervisor_config cfg;
+  cfg.max_creating = 1;
+  start(std::move(script), restarting(cfg));
+  submit(make_request("late"));
+  auto first = reply_exactly_at(10s);
+  check_failure(first, failure_kind::provider_unavailable,
+                verification_state::create, failure_cause::timeout);
+  CHECK(stats().creating == 1);
+  caf::anon_send_exit(provider, caf::exit_reason::kill);
+  run();
+  CHECK(stats().creating == 0);
+  submit(make_request("next"));
+  CHECK(reply_now().ok);
+  CHECK(ledger->not_stopped_once().empty());
 }
