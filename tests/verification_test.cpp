@@ -4,8 +4,8 @@
 
 #include "actors/verification.hpp"
 #include "grading_fixture.hpp"
+#include "provider_tap.hpp"
 
-#include <algorithm>
 #include <caf/send.hpp>
 #include <catch2/catch.hpp>
 #include <iostream>
@@ -19,27 +19,30 @@ using test::check_failure;
 using test::fault_at;
 using test::make_request;
 
-TEST_CASE_METHOD(fixture, "happy path: create ready upload exec "
-                          "download stop in order and one reply") {
-  start({});
-  submit();
-  auto* prov = dynamic_cast<caf::scheduled_actor*>(
-    caf::actor_cast<caf::abstract_actor*>(provider));
-  REQUIRE(prov != nullptr);
-  std::vector<std::string> trace;
-  caf::strong_actor_ptr verifier;
-  while (sched.has_job()) {
-    if (next_actor() == prov) {
-      auto* e = prov->mailbox().peek();
-      REQUIRE(e != nullptr);
-      REQUIRE(e->content().match_element<caf::atom_value>(0));
-      trace.push_back(to_string(e->content().get_as<caf::atom_value>(0)));
-      if (!verifier)
-        verifier = e->sender;
-      CHECK(e->sender == verifier); // one verification actor drives it all
-    }
-    sched.run_once();
+namespace {
+
+/// The grading fixture with a provider tap in front of the scripted one.
+struct tapped_fixture : fixture {
+  std::shared_ptr<test::tap_log> log = std::make_shared<test::tap_log>();
+
+  void start_tapped(scripted_script script, supervisor_config cfg = {}) {
+    auto inner = keep(spawn_scripted_provider(sys, std::move(script), ledger));
+    provider = keep(sys.spawn(test::provider_tap, inner, log));
+    supervisor = keep(spawn_supervisor(sys, provider, std::move(cfg)));
   }
+};
+
+} // namespace
+
+TEST_CASE_METHOD(tapped_fixture, "happy path: create ready upload exec "
+                                 "download stop in order and one reply") {
+  start_tapped({});
+  submit();
+  run();
+  auto& trace = log->ops;
+  REQUIRE_FALSE(log->senders.empty());
+  for (auto& sender : log->senders)
+    CHECK(sender == log->senders.front()); // one verification drives it all
   CHECK(trace == std::vector<std::string>{"create", "status", "upload", "exec",
                                           "download", "stop"});
   auto out = take<verification_outcome>();
@@ -347,48 +350,16 @@ struct stdout_capture {
   ~stdout_capture() { std::cout.rdbuf(old); }
 };
 
-caf::scheduled_actor* as_scheduled(const provider_actor& hdl) {
-  return dynamic_cast<caf::scheduled_actor*>(
-    caf::actor_cast<caf::abstract_actor*>(hdl));
-}
-
-/// The first element of the next message in `actor`'s mailbox, if an atom.
-/// Peek only at a scheduled actor: peeking at a blocked mailbox unblocks it
-/// without scheduling the actor.
-std::string head_of_mailbox(caf::scheduled_actor* actor) {
-  auto* e = actor->mailbox().peek();
-  if (e == nullptr || !e->content().match_element<caf::atom_value>(0))
-    return {};
-  return to_string(e->content().get_as<caf::atom_value>(0));
-}
-
-struct stepping_fixture : fixture {
-  bool scheduled(caf::scheduled_actor* actor) {
-    auto* job = static_cast<caf::resumable*>(actor);
-    return std::find(sched.jobs.begin(), sched.jobs.end(), job) !=
-           sched.jobs.end();
-  }
-
-  /// Runs one job at a time until `atom` heads `actor`'s mailbox.
-  void run_until_head(caf::scheduled_actor* actor, const std::string& atom) {
-    while (!scheduled(actor) || head_of_mailbox(actor) != atom)
-      REQUIRE(sched.try_run_once());
-  }
-};
-
 } // namespace
 
-TEST_CASE_METHOD(stepping_fixture,
+TEST_CASE_METHOD(tapped_fixture,
                  "a stale poll after ready is dropped: the "
                  "verification lives on and nothing reaches stdout") {
-  start(fault_at(scripted_op::exec, scripted_fault::delay, 1s));
+  start_tapped(fault_at(scripted_op::exec, scripted_fault::delay, 1s));
   submit();
-  auto* prov = as_scheduled(provider);
-  REQUIRE(prov != nullptr);
-  // Run until the exec request waits in the provider's mailbox; its sender
-  // is the verification actor, now in exec.
-  run_until_head(prov, "exec");
-  auto verifier = caf::actor_cast<caf::actor>(prov->mailbox().peek()->sender);
+  run(); // the verification waits for its exec (1 s)
+  REQUIRE(log->ops.back() == "exec");
+  auto verifier = log->senders.back();
   REQUIRE(verifier);
   stdout_capture out;
   // A poll of the ready state, as the verification's own timer sends it
@@ -437,21 +408,15 @@ TEST_CASE_METHOD(fixture, "a provider death during exec: node_down at once, "
   CHECK(s.in_flight == 0);
 }
 
-TEST_CASE_METHOD(stepping_fixture,
+TEST_CASE_METHOD(tapped_fixture,
                  "a request bounced from a dying provider: no stop "
                  "through it; the replacement stops the sandbox "
                  "once") {
-  start({}, restarting());
+  // The provider dies with the upload in its mailbox: the upload bounces to
+  // the verification before the provider's down_msg reaches the supervisor.
+  log->die_on = "upload";
+  start_tapped({}, restarting());
   submit();
-  auto* prov = as_scheduled(provider);
-  REQUIRE(prov != nullptr);
-  run_until_head(prov, "upload");
-  // The provider dies before it reads the upload (an urgent exit jumps the
-  // queue): the upload bounces to the verification before the provider's
-  // down_msg reaches the supervisor.
-  caf::anon_send<caf::message_priority::high>(
-    caf::actor_cast<caf::actor>(provider),
-    caf::exit_msg{provider.address(), caf::exit_reason::kill});
   auto out = reply_now();
   check_failure(out, failure_kind::provider_unavailable,
                 verification_state::upload, failure_cause::node_down);
