@@ -85,6 +85,7 @@ struct matrix_fixture : grading_fixture {
     if (c.op == scripted_op::stop)
       CHECK(s.stop_failures == 1);
     CHECK(s.in_flight == 0);
+    CHECK(s.creating == 0); // a late create released its slot when it came
 
     // The verification actor is gone (a crashed provider was replaced).
     CHECK(sys.registry().running() == baseline);

@@ -4,6 +4,7 @@
 
 #include "actors/verification.hpp"
 #include "grading_fixture.hpp"
+#include "messages/errors.hpp"
 #include "provider_tap.hpp"
 
 #include <caf/send.hpp>
@@ -485,4 +486,58 @@ TEST_CASE_METHOD(fixture, "a late create after a provider death settles "
   submit(make_request("next"));
   CHECK(reply_now().ok);
   CHECK(ledger->not_stopped_once().empty());
+}
+
+namespace {
+
+struct forgetful_state {
+  static inline const char* name = "sv.test.forgetful_provider";
+};
+
+/// A replacement that knows none of its predecessor's sandboxes: its
+/// predecessor's teardown removed them. Every call fails no_such_sandbox.
+provider_actor::behavior_type
+forgetful_provider(provider_actor::stateful_pointer<forgetful_state>, int) {
+  auto gone = [] {
+    return make_error(provider_errc::no_such_sandbox, "no such sandbox");
+  };
+  return {
+    [=](create_atom, sandbox_spec&) -> caf::result<sandbox_handle> {
+      return gone();
+    },
+    [=](status_atom, sandbox_handle&) -> caf::result<sandbox_status> {
+      return gone();
+    },
+    [=](upload_atom, sandbox_handle&, std::string&,
+        file_map&) -> caf::result<ok_atom> { return gone(); },
+    [=](exec_atom, sandbox_handle&, exec_request&) -> caf::result<exec_result> {
+      return gone();
+    },
+    [=](download_atom, sandbox_handle&,
+        std::string&) -> caf::result<std::string> { return gone(); },
+    [=](stop_atom, sandbox_handle&) -> caf::result<ok_atom> { return gone(); },
+  };
+}
+
+} // namespace
+
+TEST_CASE_METHOD(fixture, "an orphan the replacement does not know is "
+                          "counted stopped, not a stop failure") {
+  auto cfg = restarting();
+  cfg.restart_provider = [this](caf::actor_system& sys) {
+    auto hdl = sys.spawn(forgetful_provider, 0);
+    spawned.push_back(caf::actor_cast<caf::actor>(hdl));
+    return provider_actor{hdl};
+  };
+  start(fault_at(scripted_op::exec, scripted_fault::hang), cfg);
+  submit();
+  run();
+  caf::anon_send_exit(provider, caf::exit_reason::kill);
+  check_failure(reply_now(), failure_kind::provider_unavailable,
+                verification_state::exec, failure_cause::node_down);
+  auto s = stats();
+  CHECK(s.provider_restarts == 1);
+  CHECK(s.sandboxes_created == 1);
+  CHECK(s.sandboxes_stopped == 1);
+  CHECK(s.stop_failures == 0);
 }
