@@ -27,12 +27,13 @@ provider_restarter_actor::behavior_type
 restarter(self_ptr self, caf::actor owner, provider_factory factory) {
   self->set_default_handler(log_and_drop_unexpected);
   self->monitor(owner);
-  self->set_down_handler([self](caf::down_msg&) {
-    // The owner is gone: nobody will take what was built.
+  // Nobody will take what was built: shut it down.
+  auto discard = [self] {
     if (self->state.built)
       caf::anon_send_exit(self->state.built, caf::exit_reason::user_shutdown);
     self->quit();
-  });
+  };
+  self->set_down_handler([discard](caf::down_msg&) { discard(); });
   return {
     [self, factory](restart_atom) -> caf::result<provider_actor> {
       try {
@@ -48,6 +49,7 @@ restarter(self_ptr self, caf::actor owner, provider_factory factory) {
                                  e.what());
       }
     },
+    [discard](abandon_atom) { discard(); },
   };
 }
 

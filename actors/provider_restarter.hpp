@@ -19,16 +19,21 @@ namespace sv {
 /// supervisor -> restarter: build one provider now.
 using restart_atom = caf::atom_constant<caf::atom("restart")>;
 
+/// supervisor -> restarter: the answer came too late (the restart timed
+/// out); shut down whatever you built and exit.
+using abandon_atom = caf::atom_constant<caf::atom("abandon")>;
+
 using provider_restarter_actor =
-  caf::typed_actor<caf::replies_to<restart_atom>::with<provider_actor>>;
+  caf::typed_actor<caf::replies_to<restart_atom>::with<provider_actor>,
+                   caf::reacts_to<abandon_atom>>;
 
 using provider_factory = std::function<provider_actor(caf::actor_system&)>;
 
 /// Spawns a restarter for `owner`. It is detached (its own thread), except
 /// on CAF's deterministic test scheduler, which cannot run detached actors
 /// alongside its single-threaded schedule. If `owner` is gone by the time
-/// the provider is built, the restarter shuts the provider down, so no
-/// provider outlives its supervisor unseen.
+/// the provider is built, or abandoned the restart, the restarter shuts the
+/// provider down, so no provider outlives its supervisor unseen.
 provider_restarter_actor spawn_provider_restarter(caf::actor_system& sys,
                                                   caf::actor owner,
                                                   provider_factory factory);

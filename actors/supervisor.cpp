@@ -292,13 +292,10 @@ void run_restart(self_ptr self) {
   ++st.consecutive_restarts;
   auto restarter = spawn_provider_restarter(
     self->system(), caf::actor_cast<caf::actor>(self), st.restart_provider);
-  auto done = [=] {
-    caf::anon_send_exit(restarter, caf::exit_reason::user_shutdown);
-  };
   self->request(restarter, st.restart_timeout, restart_atom::value)
     .then(
       [=](provider_actor& provider) {
-        done();
+        caf::anon_send_exit(restarter, caf::exit_reason::user_shutdown);
         auto& st = self->state;
         st.provider = std::move(provider);
         st.provider_alive = true;
@@ -311,7 +308,8 @@ void run_restart(self_ptr self) {
         start_queued(self);
       },
       [=](caf::error& err) {
-        done();
+        // Too late or failed: whatever it still builds is not ours.
+        caf::anon_send(restarter, abandon_atom::value);
         spdlog::error("could not restart the provider: {}", describe(err));
         schedule_restart(self);
       });
