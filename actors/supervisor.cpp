@@ -2,25 +2,38 @@
 // submission, exactly one terminal reply per submission.
 //
 // Every submission is in exactly one of three places: rejected at once
-// (invalid, overloaded, provider gone), waiting in `queue`, or running in
-// `running`. A running entry leaves only through `verified` (the actor's own
-// report) or its `down_msg` (the actor died without one); both deliver the
-// promise and erase the entry, so the caller hears exactly once.
+// (invalid, overloaded, provider given up), waiting in `queue`, or running
+// in `running`. A running entry leaves only through `verified` (the actor's
+// own report) or its `down_msg` (the actor died without one); both deliver
+// the promise and erase the entry, so the caller hears exactly once.
+//
+// Sandboxes: a verification stops its own sandbox, except when its
+// provider is gone; then it hands the sandbox over (`handed_over`) and the
+// supervisor keeps it as an orphan until a replacement provider is up, and
+// stops it there exactly once. A crashed verification's sandbox is stopped
+// the same way. A verification whose create overran its deadline keeps its
+// create slot (`lingering`) until the provider really answers (`settled`).
+//
+// Restarts run on a provider restarter (actors/provider_restarter.hpp), off
+// the scheduler threads, with exponential backoff and a limit.
 
 #include "actors/supervisor.hpp"
 
+#include "actors/provider_restarter.hpp"
+#include "actors/quiet.hpp"
 #include "actors/verification.hpp"
 #include "messages/errors.hpp"
 #include "messages/validation.hpp"
 
 #include <caf/actor_system.hpp>
-#include <caf/event_based_actor.hpp>
 #include <caf/stateful_actor.hpp>
+#include <caf/typed_event_based_actor.hpp>
 #include <caf/typed_response_promise.hpp>
 #include <deque>
 #include <spdlog/spdlog.h>
 #include <thread>
 #include <unordered_map>
+#include <vector>
 
 namespace sv {
 
@@ -42,11 +55,13 @@ namespace {
 
 using outcome_promise = caf::typed_response_promise<verification_outcome>;
 
-/// A submission whose verification actor is alive.
+/// A submission whose verification actor is alive and owes a reply.
 struct running_verification {
   outcome_promise promise;
   std::string id;
   double stop_timeout_s = 60;
+  /// The provider the verification was given.
+  caf::actor_addr provider;
   /// The last state the supervisor knows of: create, ready (after
   /// `created`), upload (after `ready`).
   verification_state phase = verification_state::create;
@@ -62,23 +77,58 @@ struct queued_submission {
   outcome_promise promise;
 };
 
+/// A sandbox nobody else will stop: its verification crashed, or its
+/// provider died. Stopped once through a live provider other than its
+/// (dead) creator.
+struct orphan_sandbox {
+  sandbox_handle handle;
+  caf::actor_addr creator;
+  double stop_timeout_s = 60;
+};
+
+/// supervisor -> itself: the backoff before a restart is over.
+using restart_timer_atom = caf::atom_constant<caf::atom("restartdue")>;
+
+using supervisor_impl =
+  supervisor_actor::extend_with<verification_parent_actor>::extend<
+    caf::reacts_to<restart_timer_atom, uint64_t>>;
+
 struct supervisor_state {
   static inline const char* name = "sv.supervisor";
 
   provider_actor provider;
+  /// `provider` is up and takes work.
   bool provider_alive = true;
   size_t max_in_flight = 0;
   size_t max_queue = 0;
   size_t max_creating = 0;
   std::shared_ptr<const verification_settings> settings;
-  std::function<provider_actor(caf::actor_system&)> restart_provider;
   std::unordered_map<caf::actor_addr, running_verification> running;
+  /// Verifications that replied `pending`: each holds a create slot until
+  /// `settled` or its down_msg.
+  std::unordered_map<caf::actor_addr, std::string> lingering;
   std::deque<queued_submission> queue;
+  std::vector<orphan_sandbox> orphans;
   size_t creating = 0;
   supervisor_stats stats;
+
+  // -- restarts --
+  provider_factory restart_provider;
+  caf::timespan backoff_min{0};
+  caf::timespan backoff_max{0};
+  uint32_t max_restart_failures = 0;
+  caf::timespan restart_timeout{0};
+  /// A restart is scheduled or running.
+  bool restarting = false;
+  /// No provider will come again.
+  bool given_up = false;
+  /// Restarts since the last healthy verification.
+  uint32_t consecutive_restarts = 0;
+  /// Tags the backoff timer (a stale one does nothing).
+  uint64_t restart_gen = 0;
 };
 
-using self_ptr = caf::stateful_actor<supervisor_state>*;
+using self_ptr = supervisor_impl::stateful_pointer<supervisor_state>;
 
 verification_outcome rejection(std::string id, failure_kind kind,
                                verification_state state, failure_cause cause,
@@ -90,6 +140,11 @@ verification_outcome rejection(std::string id, failure_kind kind,
   out.failure.cause = cause;
   out.failure.message = std::move(message);
   return out;
+}
+
+caf::timespan seconds(double s) {
+  return std::chrono::duration_cast<caf::timespan>(
+    std::chrono::duration<double>(s));
 }
 
 void deliver(self_ptr self, outcome_promise& promise,
@@ -108,7 +163,8 @@ void deliver(self_ptr self, outcome_promise& promise,
 
 bool has_slot(self_ptr self) {
   auto& st = self->state;
-  return st.running.size() < st.max_in_flight && st.creating < st.max_creating;
+  return st.provider_alive && st.running.size() < st.max_in_flight &&
+         st.creating < st.max_creating;
 }
 
 void start(self_ptr self, verification_request&& req, outcome_promise&& rp) {
@@ -117,8 +173,10 @@ void start(self_ptr self, verification_request&& req, outcome_promise&& rp) {
   entry.promise = std::move(rp);
   entry.id = req.id;
   entry.stop_timeout_s = req.config.stop_timeout_s;
+  entry.provider = st.provider.address();
   auto child =
-    spawn_verification(self, std::move(req), st.provider, st.settings);
+    spawn_verification(self, caf::actor_cast<verification_parent_actor>(self),
+                       std::move(req), st.provider, st.settings);
   st.running.emplace(child.address(), std::move(entry));
   ++st.creating;
   st.stats.peak_in_flight =
@@ -152,6 +210,146 @@ void count_stop(self_ptr self, stop_status how) {
     ++stats.stop_failures;
 }
 
+// -- orphans ------------------------------------------------------------------
+
+void adopt(self_ptr self, orphan_sandbox orphan);
+
+/// Stops an orphan through the current provider, once. A stop that bounced
+/// from a closed mailbox never ran: the orphan waits for the next provider.
+void stop_orphan(self_ptr self, orphan_sandbox orphan) {
+  auto& st = self->state;
+  auto via = st.provider.address();
+  self
+    ->request(st.provider, seconds(orphan.stop_timeout_s), stop_atom::value,
+              orphan.handle)
+    .then([=](ok_atom) { count_stop(self, stop_status::stopped); },
+          [=](caf::error& err) mutable {
+            if (err == caf::sec::request_receiver_down) {
+              orphan.creator = via;
+              adopt(self, std::move(orphan));
+              return;
+            }
+            if (provider_error_code(err) ==
+                static_cast<uint8_t>(provider_errc::no_such_sandbox)) {
+              // Gone already (the dead provider's teardown removed it).
+              count_stop(self, stop_status::stopped);
+              return;
+            }
+            spdlog::warn("stopping the orphaned sandbox {} failed: {}",
+                         orphan.handle.sandbox_id, describe(err));
+            count_stop(self, stop_status::failed);
+          });
+}
+
+/// Takes charge of a sandbox nobody else will stop: now through a live
+/// provider that is not its creator, later through a replacement, or never
+/// (counted as a stop failure; the TTL reaps it) when none will come.
+void adopt(self_ptr self, orphan_sandbox orphan) {
+  auto& st = self->state;
+  if (st.provider_alive && st.provider.address() != orphan.creator) {
+    stop_orphan(self, std::move(orphan));
+    return;
+  }
+  if (st.given_up) {
+    spdlog::warn("no provider to stop the sandbox {}; its TTL reaps it",
+                 orphan.handle.sandbox_id);
+    count_stop(self, stop_status::failed);
+    return;
+  }
+  // Its creator is dying (its down_msg is on the way) or being replaced.
+  st.orphans.push_back(std::move(orphan));
+}
+
+void adopt_waiting_orphans(self_ptr self) {
+  auto waiting = std::move(self->state.orphans);
+  self->state.orphans.clear();
+  for (auto& orphan : waiting)
+    adopt(self, std::move(orphan));
+}
+
+// -- restarts -----------------------------------------------------------------
+
+/// No provider will come again: everything waiting for one fails.
+void give_up(self_ptr self) {
+  auto& st = self->state;
+  st.restarting = false;
+  st.given_up = true;
+  auto queued = std::move(st.queue);
+  st.queue.clear();
+  for (auto& q : queued)
+    deliver(self, q.promise,
+            rejection(q.req.id, failure_kind::provider_unavailable,
+                      verification_state::queue, failure_cause::node_down,
+                      "the provider is down"));
+  adopt_waiting_orphans(self);
+}
+
+void schedule_restart(self_ptr self);
+
+/// One attempt: a restarter builds the provider off the scheduler threads.
+void run_restart(self_ptr self) {
+  auto& st = self->state;
+  ++st.consecutive_restarts;
+  auto restarter = spawn_provider_restarter(
+    self->system(), caf::actor_cast<caf::actor>(self), st.restart_provider);
+  self->request(restarter, st.restart_timeout, restart_atom::value)
+    .then(
+      [=](provider_actor& provider) {
+        caf::anon_send_exit(restarter, caf::exit_reason::user_shutdown);
+        auto& st = self->state;
+        st.provider = std::move(provider);
+        st.provider_alive = true;
+        st.restarting = false;
+        ++st.stats.provider_restarts;
+        self->monitor(st.provider);
+        spdlog::warn("provider restarted ({} so far)",
+                     st.stats.provider_restarts);
+        adopt_waiting_orphans(self);
+        start_queued(self);
+      },
+      [=](caf::error& err) {
+        // Too late or failed: whatever it still builds is not ours.
+        caf::anon_send(restarter, abandon_atom::value);
+        spdlog::error("could not restart the provider: {}", describe(err));
+        schedule_restart(self);
+      });
+}
+
+/// The delay before restart number `n + 1` in a row: none for the first,
+/// then min, 2 min, 4 min, ... up to max.
+caf::timespan backoff(const supervisor_state& st, uint32_t n) {
+  if (n == 0)
+    return caf::timespan{0};
+  auto delay = st.backoff_min;
+  for (uint32_t i = 1; i < n && delay < st.backoff_max; ++i)
+    delay *= 2;
+  return std::min(delay, st.backoff_max);
+}
+
+void schedule_restart(self_ptr self) {
+  auto& st = self->state;
+  if (!st.restart_provider ||
+      st.consecutive_restarts >= st.max_restart_failures) {
+    if (st.restart_provider)
+      spdlog::error("giving up on the provider after {} restarts in a row",
+                    st.consecutive_restarts);
+    give_up(self);
+    return;
+  }
+  st.restarting = true;
+  auto delay = backoff(st, st.consecutive_restarts);
+  if (delay == caf::timespan{0}) {
+    run_restart(self);
+    return;
+  }
+  spdlog::warn(
+    "restarting the provider in {} ms",
+    std::chrono::duration_cast<std::chrono::milliseconds>(delay).count());
+  self->delayed_send(self, delay, restart_timer_atom::value, ++st.restart_gen);
+}
+
+// -- deaths -------------------------------------------------------------------
+
 /// A verification actor died without reporting: fail its submission and
 /// stop the sandbox it left behind.
 void on_verification_down(self_ptr self, running_verification& entry,
@@ -170,53 +368,29 @@ void on_verification_down(self_ptr self, running_verification& entry,
           rejection(entry.id, failure_kind::verifier_error, state,
                     failure_cause::crash,
                     "verification actor crashed: " + what));
-  if (!created)
-    return;
-  auto id = entry.id;
-  auto timeout = std::chrono::duration_cast<caf::timespan>(
-    std::chrono::duration<double>(entry.stop_timeout_s));
-  self->request(st.provider, timeout, stop_atom::value, entry.handle)
-    .then([=](ok_atom) { count_stop(self, stop_status::stopped); },
-          [=](caf::error& err) {
-            spdlog::warn("stopping the sandbox of crashed verification {} "
-                         "failed: {}",
-                         id, describe(err));
-            count_stop(self, stop_status::failed);
-          });
+  if (created)
+    adopt(self, orphan_sandbox{entry.handle, caf::actor_addr{},
+                               entry.stop_timeout_s});
 }
 
 /// The provider died: every verification in flight fails now (their
-/// requests to it would otherwise wait for their own deadlines). With a
-/// replacement, queued submissions wait for it; without, they fail too.
+/// requests to it would otherwise wait for their own deadlines) and hands
+/// its sandbox over. Queued submissions wait for the replacement; without
+/// one, they fail too.
 void on_provider_down(self_ptr self, const caf::error& reason) {
   auto& st = self->state;
   spdlog::error("provider down: {}", self->system().render(reason));
+  auto dead = st.provider.address();
   st.provider = provider_actor{};
-  if (st.restart_provider) {
-    try {
-      st.provider = st.restart_provider(self->system());
-    } catch (const std::exception& e) {
-      spdlog::error("could not restart the provider: {}", e.what());
-    }
-  }
-  st.provider_alive = static_cast<bool>(st.provider);
-  if (st.provider_alive) {
-    ++st.stats.provider_restarts;
-    self->monitor(st.provider);
-    spdlog::warn("provider restarted ({} so far)", st.stats.provider_restarts);
-  }
+  st.provider_alive = false;
   for (auto& [addr, entry] : st.running)
-    self->send(caf::actor_cast<caf::actor>(addr), provider_down_atom::value,
-               st.provider);
-  if (st.provider_alive)
-    return;
-  auto queued = std::move(st.queue);
-  st.queue.clear();
-  for (auto& q : queued)
-    deliver(self, q.promise,
-            rejection(q.req.id, failure_kind::provider_unavailable,
-                      verification_state::queue, failure_cause::node_down,
-                      "the provider is down"));
+    if (entry.provider == dead)
+      caf::anon_send(caf::actor_cast<verification_actor>(addr),
+                     provider_lost_atom::value);
+  for (auto& [addr, id] : st.lingering)
+    caf::anon_send(caf::actor_cast<verification_actor>(addr),
+                   provider_lost_atom::value);
+  schedule_restart(self);
 }
 
 caf::result<verification_outcome> admit(self_ptr self,
@@ -229,7 +403,7 @@ caf::result<verification_outcome> admit(self_ptr self,
                      verification_state::validate,
                      failure_cause::invalid_request, std::move(err));
   }
-  if (!st.provider_alive) {
+  if (!st.provider_alive && !st.restarting) {
     ++st.stats.failed;
     return rejection(std::move(req.id), failure_kind::provider_unavailable,
                      verification_state::queue, failure_cause::node_down,
@@ -253,8 +427,77 @@ caf::result<verification_outcome> admit(self_ptr self,
   return rp;
 }
 
-caf::behavior supervisor(self_ptr self, provider_actor provider,
-                         supervisor_config cfg) {
+// -- reports of verifications -------------------------------------------------
+
+running_verification* entry_of(self_ptr self) {
+  auto& running = self->state.running;
+  auto i =
+    running.find(caf::actor_cast<caf::actor_addr>(self->current_sender()));
+  return i != running.end() ? &i->second : nullptr;
+}
+
+void on_verified(self_ptr self, verification_outcome& out, stop_status how) {
+  auto& st = self->state;
+  auto addr = caf::actor_cast<caf::actor_addr>(self->current_sender());
+  auto i = st.running.find(addr);
+  if (i == st.running.end())
+    return;
+  auto& entry = i->second;
+  if (how == stop_status::handed_over)
+    adopt(self,
+          orphan_sandbox{entry.handle, entry.provider, entry.stop_timeout_s});
+  else
+    count_stop(self, how);
+  // A verification that came through without a provider fault shows the
+  // provider healthy again: the next crash restarts at once.
+  if (out.ok || out.failure.kind != failure_kind::provider_unavailable)
+    st.consecutive_restarts = 0;
+  if (how == stop_status::pending && entry.creating)
+    st.lingering.emplace(addr, entry.id); // the slot stays taken
+  else
+    leave_create_phase(self, entry);
+  deliver(self, entry.promise, std::move(out));
+  st.running.erase(i);
+  start_queued(self);
+}
+
+/// A lingering verification's late create has finished.
+void on_settled(self_ptr self, stop_status how) {
+  auto& st = self->state;
+  auto i =
+    st.lingering.find(caf::actor_cast<caf::actor_addr>(self->current_sender()));
+  if (i == st.lingering.end())
+    return;
+  st.lingering.erase(i);
+  --st.creating;
+  if (how != stop_status::not_needed)
+    ++st.stats.sandboxes_created;
+  count_stop(self, how);
+  start_queued(self);
+}
+
+void on_down(self_ptr self, caf::down_msg& dm) {
+  auto& st = self->state;
+  if (st.provider && dm.source == st.provider.address()) {
+    on_provider_down(self, dm.reason);
+    return;
+  }
+  if (auto i = st.lingering.find(dm.source); i != st.lingering.end()) {
+    st.lingering.erase(i); // died before it settled: the slot is free
+    --st.creating;
+    start_queued(self);
+    return;
+  }
+  auto i = st.running.find(dm.source);
+  if (i == st.running.end())
+    return; // reported before it exited, or an old provider
+  on_verification_down(self, i->second, dm.reason);
+  st.running.erase(i);
+  start_queued(self);
+}
+
+supervisor_impl::behavior_type
+supervisor(self_ptr self, provider_actor provider, supervisor_config cfg) {
   auto& st = self->state;
   st.provider = std::move(provider);
   auto cores = std::max(1u, std::thread::hardware_concurrency());
@@ -266,26 +509,13 @@ caf::behavior supervisor(self_ptr self, provider_actor provider,
   settings->parser = cfg.parser ? std::move(cfg.parser) : parse_json_object;
   st.settings = std::move(settings);
   st.restart_provider = std::move(cfg.restart_provider);
+  st.backoff_min = cfg.restart_backoff_min;
+  st.backoff_max = std::max(cfg.restart_backoff_max, cfg.restart_backoff_min);
+  st.max_restart_failures = cfg.max_restart_failures;
+  st.restart_timeout = cfg.restart_timeout;
+  self->set_default_handler(log_and_drop_unexpected);
   self->monitor(st.provider);
-  self->set_down_handler([=](caf::down_msg& dm) {
-    auto& st = self->state;
-    if (st.provider && dm.source == st.provider.address()) {
-      on_provider_down(self, dm.reason);
-      return;
-    }
-    auto i = st.running.find(dm.source);
-    if (i == st.running.end())
-      return; // reported `verified` before it exited: nothing to do
-    on_verification_down(self, i->second, dm.reason);
-    st.running.erase(i);
-    start_queued(self);
-  });
-  auto entry_of = [=]() -> running_verification* {
-    auto& running = self->state.running;
-    auto i =
-      running.find(caf::actor_cast<caf::actor_addr>(self->current_sender()));
-    return i != running.end() ? &i->second : nullptr;
-  };
+  self->set_down_handler([=](caf::down_msg& dm) { on_down(self, dm); });
   return {
     [=](verify_atom, verification_request& req) { return admit(self, req); },
     [=](stats_atom) {
@@ -297,40 +527,32 @@ caf::behavior supervisor(self_ptr self, provider_actor provider,
       return stats;
     },
     [=](created_atom, sandbox_handle& handle) {
-      if (auto entry = entry_of()) {
+      if (auto entry = entry_of(self)) {
         entry->handle = std::move(handle);
         entry->phase = verification_state::ready;
         ++self->state.stats.sandboxes_created;
       }
     },
     [=](ready_atom) {
-      if (auto entry = entry_of()) {
+      if (auto entry = entry_of(self)) {
         entry->phase = verification_state::upload;
         leave_create_phase(self, *entry);
         start_queued(self);
       }
     },
-    [=](late_sandbox_atom, stop_status how) {
-      ++self->state.stats.sandboxes_created;
-      count_stop(self, how);
+    [=](verified_atom, verification_outcome& out, stop_status how) {
+      on_verified(self, out, how);
     },
+    [=](settled_atom, stop_status how) { on_settled(self, how); },
     [=](crashed_atom, verification_state state, std::string& what) {
-      if (auto entry = entry_of()) {
+      if (auto entry = entry_of(self)) {
         entry->phase = state;
         entry->crash = std::move(what);
       }
     },
-    [=](verified_atom, verification_outcome& out, stop_status how) {
-      auto& st = self->state;
-      auto i = st.running.find(
-        caf::actor_cast<caf::actor_addr>(self->current_sender()));
-      if (i == st.running.end())
-        return;
-      leave_create_phase(self, i->second);
-      count_stop(self, how);
-      deliver(self, i->second.promise, std::move(out));
-      st.running.erase(i);
-      start_queued(self);
+    [=](restart_timer_atom, uint64_t gen) {
+      if (gen == self->state.restart_gen && self->state.restarting)
+        run_restart(self);
     },
   };
 }

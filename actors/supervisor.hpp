@@ -6,7 +6,9 @@
 
 #include "messages/provider.hpp"
 
+#include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -40,10 +42,22 @@ struct supervisor_config {
   /// How `result.json` becomes a result.
   result_parser parser = parse_json_object;
   /// Builds a replacement when the provider dies, so that queued and later
-  /// submissions still get graded (in-flight ones fail with node_down and
-  /// stop their sandboxes through the replacement). Without it, every later
+  /// submissions still get graded (in-flight ones fail with node_down; the
+  /// supervisor stops their sandboxes through the replacement). It runs on
+  /// a detached actor of its own, never on a scheduler thread, so it may
+  /// block (resolve python, probe isolation, reap). Without it, every later
   /// submission fails provider_unavailable / node_down.
   std::function<provider_actor(caf::actor_system&)> restart_provider;
+  /// Delay before the second restart in a row; it doubles up to the
+  /// maximum. (The first restart after a healthy run is immediate.)
+  std::chrono::nanoseconds restart_backoff_min = std::chrono::milliseconds(100);
+  std::chrono::nanoseconds restart_backoff_max = std::chrono::seconds(5);
+  /// Consecutive restarts (failed, or whose provider died before one
+  /// verification came through healthy) after which the provider is given
+  /// up: queued and later submissions fail provider_unavailable / node_down.
+  uint32_t max_restart_failures = 8;
+  /// How long one call of `restart_provider` may take.
+  std::chrono::nanoseconds restart_timeout = std::chrono::seconds(120);
 };
 
 /// Spawns a supervisor that grades on `provider`. The supervisor monitors

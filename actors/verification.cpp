@@ -7,17 +7,30 @@
 // `verification_failure` and jumps to stop; stop runs exactly once when
 // create returned a sandbox, never otherwise, and its own failure never
 // replaces the outcome.
+//
+// Every state has a generation (`gen`, bumped by each `enter`). Reply
+// handlers and timers carry the generation they were made in and do
+// nothing once it has passed (`in_state`), so a late reply or an old
+// request timeout cannot drive a later state. The one exception is the
+// create reply: a sandbox may arrive after the create deadline and must
+// still be stopped (see `on_create_deadline`).
+//
+// When the provider is gone (its down_msg reached the supervisor, or a
+// request bounced from its closed mailbox) the verification fails with
+// node_down and hands the sandbox over to the supervisor, which stops it
+// through the replacement: nothing is sent to a dead provider.
 
 #include "actors/verification.hpp"
 
+#include "actors/quiet.hpp"
 #include "messages/errors.hpp"
 #include "messages/validation.hpp"
 
 #include <atomic>
-#include <caf/after.hpp>
-#include <caf/event_based_actor.hpp>
+#include <caf/detail/type_traits.hpp>
 #include <caf/sec.hpp>
 #include <caf/stateful_actor.hpp>
+#include <caf/typed_event_based_actor.hpp>
 #include <cstdio>
 #include <spdlog/spdlog.h>
 
@@ -28,10 +41,12 @@ struct verification_actor_state {
 
   verification_request req;
   provider_actor provider;
-  caf::actor parent;
+  verification_parent_actor parent;
   std::shared_ptr<const verification_settings> settings;
 
   verification_state current = verification_state::create;
+  /// Bumped whenever the state changes; see `in_state`.
+  uint64_t gen = 0;
   bool created = false;
   sandbox_handle handle;
   std::string call_dir;
@@ -41,12 +56,36 @@ struct verification_actor_state {
   caf::timespan poll_delay = first_poll_delay;
   /// The caller has the create timeout; a late sandbox is still expected.
   bool awaiting_late_create = false;
+  /// A late sandbox came and is being stopped.
+  bool stopping_late_sandbox = false;
   verification_outcome outcome;
 };
 
 namespace {
 
-using self_ptr = caf::stateful_actor<verification_actor_state>*;
+using self_ptr = verification_actor::stateful_pointer<verification_actor_state>;
+using behavior = verification_actor::behavior_type;
+
+template <class F, class... Ts>
+auto in_state_impl(self_ptr self, uint64_t gen, F f,
+                   caf::detail::type_list<Ts...>) {
+  return [self, gen, f](Ts... xs) {
+    if (self->state.gen == gen)
+      f(std::forward<Ts>(xs)...);
+    else
+      spdlog::debug("verification {}: dropped a reply of a passed state",
+                    self->state.req.id);
+  };
+}
+
+/// Wraps a reply handler so that it runs only while the state it was made
+/// in lasts. (Reply handlers need typed arguments in CAF 0.17, hence the
+/// trait instead of a generic lambda.)
+template <class F>
+auto in_state(self_ptr self, F f) {
+  using args = typename caf::detail::get_callable_trait<F>::arg_types;
+  return in_state_impl(self, self->state.gen, std::move(f), args{});
+}
 
 caf::timespan seconds(double s) {
   return std::chrono::duration_cast<caf::timespan>(
@@ -119,10 +158,12 @@ void enter(self_ptr self, verification_state next) {
   spdlog::debug("verification {}: {} -> {}", st.req.id, to_string(st.current),
                 to_string(next));
   st.current = next;
+  ++st.gen;
   st.state_started = self->clock().now();
 }
 
 void enter_stop(self_ptr self);
+void hand_over(self_ptr self, std::string message);
 
 /// Records the failure of the current state and moves on to stop.
 void fail(self_ptr self, failure_kind kind, failure_cause cause,
@@ -145,8 +186,9 @@ void fail_provider(self_ptr self, const caf::error& err, double deadline_s) {
          std::string{what} + " did not finish within its " +
            format_seconds(deadline_s) + " deadline");
   } else if (err == caf::sec::request_receiver_down) {
-    fail(self, failure_kind::provider_unavailable, failure_cause::node_down,
-         std::string{what} + " failed: the provider is down");
+    // Bounced from a closed mailbox: the provider is dying, its down_msg
+    // has not reached the supervisor yet. Never stop through it.
+    hand_over(self, std::string{what} + " failed: the provider is down");
   } else {
     fail(self, failure_kind::provider_unavailable, failure_cause::error,
          std::string{what} + " failed: " + describe(err));
@@ -162,45 +204,66 @@ void report(self_ptr self, stop_status how) {
 
 /// Sends the outcome to the supervisor and exits.
 void conclude(self_ptr self, stop_status how) {
+  ++self->state.gen; // nothing after this may act
   report(self, how);
   self->quit();
 }
 
-/// The provider is gone: whatever was asked of it will never be answered.
-/// Fail now; stop the sandbox through the replacement, if there is one, else
-/// leave it to its TTL. A stop already sent went to the dead provider and is
-/// not repeated (stop is sent exactly once).
-void on_provider_down(self_ptr self, provider_actor& replacement) {
+/// The provider is gone: fail the current state with node_down and leave
+/// the sandbox (if any) to the supervisor, which stops it through the
+/// replacement.
+void hand_over(self_ptr self, std::string message) {
+  auto& st = self->state;
+  st.outcome.ok = false;
+  st.outcome.result = nullptr;
+  st.outcome.failure.kind = failure_kind::provider_unavailable;
+  st.outcome.failure.state = st.current;
+  st.outcome.failure.cause = failure_cause::node_down;
+  st.outcome.failure.message = std::move(message);
+  finish_state(self);
+  conclude(self,
+           st.created ? stop_status::handed_over : stop_status::not_needed);
+}
+
+/// The supervisor saw the provider die. A stop already sent is not
+/// repeated (the dead provider may have done it: stop is sent exactly
+/// once); the outcome before it stands.
+void on_provider_lost(self_ptr self) {
   auto& st = self->state;
   if (st.current == verification_state::stop) {
     finish_state(self);
     conclude(self, stop_status::failed);
     return;
   }
-  st.outcome.ok = false;
-  st.outcome.result = nullptr;
-  st.outcome.failure.kind = failure_kind::provider_unavailable;
-  st.outcome.failure.state = st.current;
-  st.outcome.failure.cause = failure_cause::node_down;
-  st.outcome.failure.message =
-    std::string{to_string(st.current)} + " failed: the provider went down";
-  if (st.created && replacement) {
-    st.provider = std::move(replacement);
-    enter_stop(self);
-    return;
-  }
-  finish_state(self);
-  conclude(self, st.created ? stop_status::failed : stop_status::not_needed);
+  hand_over(self, std::string{to_string(st.current)} +
+                    " failed: the provider went down");
 }
 
-/// The behaviour of a state: its own handlers plus those all states share.
-/// (A behaviour timeout must come last, hence the shared handler first.)
-template <class... Handlers>
-caf::behavior state_behavior(self_ptr self, Handlers... handlers) {
-  return {[=](provider_down_atom, provider_actor& replacement) {
-            on_provider_down(self, replacement);
+/// The behaviour of a state: what it does on a poll (only while the
+/// generation that scheduled it lasts), on the create + ready deadline (one
+/// timer for both states; the others ignore it), and the shared
+/// provider-lost handler.
+template <class OnPoll, class OnDeadline, class OnLost>
+behavior state_behavior(self_ptr self, OnPoll on_poll, OnDeadline on_deadline,
+                        OnLost on_lost) {
+  return {[=](provider_lost_atom) { on_lost(); },
+          [=](poll_atom, uint64_t gen) {
+            if (gen == self->state.gen)
+              on_poll();
           },
-          std::move(handlers)...};
+          [=](deadline_atom, uint64_t) { on_deadline(); }};
+}
+
+template <class OnPoll, class OnDeadline>
+behavior state_behavior(self_ptr self, OnPoll on_poll, OnDeadline on_deadline) {
+  return state_behavior(self, on_poll, on_deadline,
+                        [=] { on_provider_lost(self); });
+}
+
+/// A state that neither polls nor watches the ready deadline.
+behavior plain_state(self_ptr self) {
+  auto nothing = [] {};
+  return state_behavior(self, nothing, nothing);
 }
 
 // -- the states, in order -----------------------------------------------------
@@ -212,27 +275,33 @@ void enter_exec(self_ptr self);
 void enter_download(self_ptr self);
 void parse_result(self_ptr self, const std::string& text);
 
+/// The late create has finished: tell the supervisor (which holds the
+/// create slot until now) and exit.
+void settle(self_ptr self, stop_status how) {
+  self->send(self->state.parent, settled_atom::value, how);
+  self->quit();
+}
+
 /// A create answered after its deadline: the caller already has the
-/// timeout, but the sandbox exists, so stop it (exactly once) and exit.
+/// timeout, but the sandbox exists, so stop it (exactly once) and settle.
 void stop_late_sandbox(self_ptr self, sandbox_handle handle) {
   auto& st = self->state;
   spdlog::warn("verification {}: create answered after its deadline; "
                "stopping the late sandbox {}",
                st.req.id, handle.sandbox_id);
-  auto done = [=](stop_status how) {
-    self->send(self->state.parent, late_sandbox_atom::value, how);
-    self->quit();
-  };
+  st.stopping_late_sandbox = true;
   self
     ->request(st.provider, seconds(st.req.config.stop_timeout_s),
               stop_atom::value, std::move(handle))
-    .then([=](ok_atom) { done(stop_status::stopped); },
-          [=](caf::error&) { done(stop_status::failed); });
+    .then(
+      in_state(self, [=](ok_atom) { settle(self, stop_status::stopped); }),
+      in_state(self, [=](caf::error&) { settle(self, stop_status::failed); }));
 }
 
 /// The create deadline passed: the caller hears the timeout now; the actor
 /// lingers (bounded by the create request's own timeout) in case the
-/// provider still answers with a sandbox that must be stopped.
+/// provider still answers with a sandbox that must be stopped. Until then
+/// the supervisor keeps the create slot taken (`pending`).
 void on_create_deadline(self_ptr self) {
   auto& st = self->state;
   st.outcome.ok = false;
@@ -243,95 +312,114 @@ void on_create_deadline(self_ptr self) {
                                format_seconds(st.req.config.ready_timeout_s) +
                                " deadline";
   finish_state(self);
-  report(self, stop_status::not_needed);
+  report(self, stop_status::pending);
+  ++st.gen;
   st.awaiting_late_create = true;
-  self->become([=](provider_down_atom, provider_actor&) { self->quit(); });
+  auto nothing = [] {};
+  self->become(state_behavior(self, nothing, nothing, [=] {
+    settle(self, self->state.stopping_late_sandbox ? stop_status::failed
+                                                   : stop_status::not_needed);
+  }));
+}
+
+void on_created(self_ptr self, sandbox_handle& handle) {
+  auto& st = self->state;
+  if (st.awaiting_late_create) {
+    stop_late_sandbox(self, std::move(handle));
+    return;
+  }
+  if (handle.sandbox_id.empty()) {
+    fail(self, failure_kind::provider_unavailable, failure_cause::error,
+         "create failed: the provider returned no sandbox id");
+    return;
+  }
+  st.created = true;
+  st.handle = std::move(handle);
+  self->send(st.parent, created_atom::value, st.handle);
+  enter_ready(self);
 }
 
 /// create: build the sandbox. Create and ready share one deadline.
-void enter_create(self_ptr self) {
+behavior enter_create(self_ptr self) {
   auto& st = self->state;
   auto ready_timeout = seconds(st.req.config.ready_timeout_s);
   st.ready_deadline = st.state_started + ready_timeout;
-  self->become(state_behavior(
-    self, caf::after(ready_timeout) >> [=] { on_create_deadline(self); }));
+  self->delayed_send(self, ready_timeout, deadline_atom::value, st.gen);
   auto spec = make_sandbox_spec(st.req, st.settings->default_metadata);
   auto patience = ready_timeout + seconds(st.req.config.stop_timeout_s);
+  // Not `in_state`: a sandbox that comes after the deadline is still ours.
   self->request(st.provider, patience, create_atom::value, std::move(spec))
-    .then(
-      [=](sandbox_handle& handle) {
-        auto& st = self->state;
-        if (st.awaiting_late_create) {
-          stop_late_sandbox(self, std::move(handle));
-          return;
-        }
-        if (handle.sandbox_id.empty()) {
-          fail(self, failure_kind::provider_unavailable, failure_cause::error,
-               "create failed: the provider returned no sandbox id");
-          return;
-        }
-        st.created = true;
-        st.handle = std::move(handle);
-        self->send(st.parent, created_atom::value, st.handle);
-        enter_ready(self);
-      },
-      [=](caf::error& err) {
-        if (self->state.awaiting_late_create) {
-          self->quit(); // nothing was created after all
-          return;
-        }
-        fail_provider(self, err, self->state.req.config.ready_timeout_s);
-      });
+    .then([=](sandbox_handle& handle) { on_created(self, handle); },
+          [=](caf::error& err) {
+            auto& st = self->state;
+            if (st.awaiting_late_create)
+              settle(self, stop_status::not_needed); // nothing came after all
+            else if (st.current == verification_state::create)
+              fail_provider(self, err, st.req.config.ready_timeout_s);
+          });
+  auto nothing = [] {};
+  return state_behavior(self, nothing, [=] { on_create_deadline(self); });
+}
+
+/// The create + ready deadline passed in ready.
+void ready_deadline_passed(self_ptr self) {
+  fail(self, failure_kind::provider_unavailable, failure_cause::timeout,
+       "sandbox not running within its " +
+         format_seconds(self->state.req.config.ready_timeout_s) + " deadline");
 }
 
 /// ready: poll the status, with backoff, until `running` or the deadline.
 void enter_ready(self_ptr self) {
   enter(self, verification_state::ready);
-  self->become(state_behavior(self, [=](poll_atom) { poll_status(self); }));
+  self->become(state_behavior(
+    self, [=] { poll_status(self); }, [=] { ready_deadline_passed(self); }));
   poll_status(self);
+}
+
+void on_status(self_ptr self, sandbox_status status) {
+  auto& st = self->state;
+  switch (status) {
+  case sandbox_status::running:
+    self->send(st.parent, ready_atom::value);
+    enter_upload(self);
+    return;
+  case sandbox_status::starting:
+  case sandbox_status::unknown: {
+    auto left = st.ready_deadline - self->clock().now();
+    self->delayed_send(self, std::min(st.poll_delay, left), poll_atom::value,
+                       st.gen);
+    st.poll_delay = std::min(st.poll_delay * 2, max_poll_delay);
+    return;
+  }
+  default:
+    fail(self, failure_kind::provider_unavailable, failure_cause::error,
+         "sandbox reported status " + std::string{to_string(status)} +
+           " before it was running");
+  }
 }
 
 void poll_status(self_ptr self) {
   auto& st = self->state;
   auto left = st.ready_deadline - self->clock().now();
   if (left <= caf::timespan{0}) {
-    fail(self, failure_kind::provider_unavailable, failure_cause::timeout,
-         "sandbox not running within its " +
-           format_seconds(st.req.config.ready_timeout_s) + " deadline");
+    ready_deadline_passed(self);
     return;
   }
   self->request(st.provider, left, status_atom::value, st.handle)
     .then(
-      [=](sandbox_status status) {
-        auto& st = self->state;
-        switch (status) {
-        case sandbox_status::running:
-          self->send(st.parent, ready_atom::value);
-          enter_upload(self);
-          return;
-        case sandbox_status::starting:
-        case sandbox_status::unknown: {
-          auto left = st.ready_deadline - self->clock().now();
-          self->delayed_send(self, std::min(st.poll_delay, left),
-                             poll_atom::value);
-          st.poll_delay = std::min(st.poll_delay * 2, max_poll_delay);
-          return;
-        }
-        default:
-          fail(self, failure_kind::provider_unavailable, failure_cause::error,
-               "sandbox reported status " + std::string{to_string(status)} +
-                 " before it was running");
-        }
-      },
-      [=](caf::error& err) {
-        fail_provider(self, err, self->state.req.config.ready_timeout_s);
-      });
+      in_state(self, [=](sandbox_status status) { on_status(self, status); }),
+      in_state(self, [=](caf::error& err) {
+        if (err == caf::sec::request_timeout)
+          ready_deadline_passed(self);
+        else
+          fail_provider(self, err, self->state.req.config.ready_timeout_s);
+      }));
 }
 
 /// upload: the submission's files and request.json into the call directory.
 void enter_upload(self_ptr self) {
   enter(self, verification_state::upload);
-  self->become(state_behavior(self));
+  self->become(plain_state(self));
   auto& st = self->state;
   st.call_dir = make_call_dir(st.req);
   auto files = std::move(st.req.files);
@@ -341,8 +429,9 @@ void enter_upload(self_ptr self) {
   self
     ->request(st.provider, seconds(timeout), upload_atom::value, st.handle,
               st.call_dir, std::move(files))
-    .then([=](ok_atom) { enter_exec(self); },
-          [=](caf::error& err) { fail_provider(self, err, timeout); });
+    .then(in_state(self, [=](ok_atom) { enter_exec(self); }),
+          in_state(
+            self, [=](caf::error& err) { fail_provider(self, err, timeout); }));
 }
 
 /// What an exec result means for the verification.
@@ -384,10 +473,12 @@ void on_exec_result(self_ptr self, exec_result& res) {
 }
 
 /// exec: `<python> sandbox_runner.py request.json result.json`. The provider
-/// kills the runner at exec_timeout_s; the grace covers its report.
+/// kills the runner at exec_timeout_s; the grace covers its report. No
+/// report within both is the provider's fault: it never said how the
+/// runner ended.
 void enter_exec(self_ptr self) {
   enter(self, verification_state::exec);
-  self->become(state_behavior(self));
+  self->become(plain_state(self));
   auto& st = self->state;
   exec_request cmd;
   cmd.argv = {st.req.config.python, std::string{runner_file_name},
@@ -400,33 +491,34 @@ void enter_exec(self_ptr self) {
   self
     ->request(st.provider, seconds(deadline_s), exec_atom::value, st.handle,
               std::move(cmd))
-    .then(
-      [=](exec_result& res) { on_exec_result(self, res); },
-      [=](caf::error& err) {
-        if (err != caf::sec::request_timeout) {
-          fail_provider(self, err, deadline_s);
-          return;
-        }
-        fail(self, failure_kind::verifier_error, failure_cause::timeout,
-             "no report of the runner within its " +
-               format_seconds(self->state.req.exec_timeout_s) + " deadline (+" +
-               format_seconds(self->state.req.config.exec_grace_s) + " grace)");
-      });
+    .then(in_state(self, [=](exec_result& res) { on_exec_result(self, res); }),
+          in_state(self, [=](caf::error& err) {
+            if (err != caf::sec::request_timeout) {
+              fail_provider(self, err, deadline_s);
+              return;
+            }
+            auto& st = self->state;
+            fail(self, failure_kind::provider_unavailable,
+                 failure_cause::timeout,
+                 "the provider did not report the runner's end within its " +
+                   format_seconds(st.req.exec_timeout_s) + " deadline (+" +
+                   format_seconds(st.req.config.exec_grace_s) + " grace)");
+          }));
 }
 
 /// download: result.json. A missing, odd or oversized file is the runner's
 /// fault; a transport failure is the provider's.
 void enter_download(self_ptr self) {
   enter(self, verification_state::download);
-  self->become(state_behavior(self));
+  self->become(plain_state(self));
   auto& st = self->state;
   auto timeout = st.req.config.download_timeout_s;
   auto path = st.call_dir + '/' + std::string{result_file_name};
   self
     ->request(st.provider, seconds(timeout), download_atom::value, st.handle,
               std::move(path))
-    .then([=](std::string& text) { parse_result(self, text); },
-          [=](caf::error& err) {
+    .then(in_state(self, [=](std::string& text) { parse_result(self, text); }),
+          in_state(self, [=](caf::error& err) {
             switch (static_cast<provider_errc>(provider_error_code(err))) {
             case provider_errc::not_found:
               fail(self, failure_kind::verifier_error,
@@ -442,7 +534,7 @@ void enter_download(self_ptr self) {
             default:
               fail_provider(self, err, timeout);
             }
-          });
+          }));
 }
 
 /// parse: the caller's parser turns the text into the result.
@@ -461,7 +553,9 @@ void parse_result(self_ptr self, const std::string& text) {
   enter_stop(self);
 }
 
-/// stop: exactly once when create returned a sandbox, whatever happened.
+/// stop: exactly once when create returned a sandbox, whatever happened. A
+/// stop bounced from a closed mailbox never ran: the supervisor does it
+/// through the replacement.
 void enter_stop(self_ptr self) {
   auto& st = self->state;
   if (!st.created) {
@@ -470,26 +564,30 @@ void enter_stop(self_ptr self) {
     return;
   }
   enter(self, verification_state::stop);
-  self->become(state_behavior(self));
+  self->become(plain_state(self));
   auto timeout = st.req.config.stop_timeout_s;
   self->request(st.provider, seconds(timeout), stop_atom::value, st.handle)
-    .then(
-      [=](ok_atom) {
-        finish_state(self);
-        conclude(self, stop_status::stopped);
-      },
-      [=](caf::error& err) {
-        auto& st = self->state;
-        spdlog::warn("verification {}: stopping sandbox {} failed: {}",
-                     st.req.id, st.handle.sandbox_id, describe(err));
-        finish_state(self);
-        conclude(self, stop_status::failed);
-      });
+    .then(in_state(self,
+                   [=](ok_atom) {
+                     finish_state(self);
+                     conclude(self, stop_status::stopped);
+                   }),
+          in_state(self, [=](caf::error& err) {
+            auto& st = self->state;
+            finish_state(self);
+            if (err == caf::sec::request_receiver_down) {
+              conclude(self, stop_status::handed_over);
+              return;
+            }
+            spdlog::warn("verification {}: stopping sandbox {} failed: {}",
+                         st.req.id, st.handle.sandbox_id, describe(err));
+            conclude(self, stop_status::failed);
+          }));
 }
 
-caf::behavior verification(self_ptr self, verification_request req,
-                           provider_actor provider, caf::actor parent,
-                           std::shared_ptr<const verification_settings> cfg) {
+behavior verification(self_ptr self, verification_request req,
+                      provider_actor provider, verification_parent_actor parent,
+                      std::shared_ptr<const verification_settings> cfg) {
   auto& st = self->state;
   st.req = std::move(req);
   st.provider = std::move(provider);
@@ -497,6 +595,9 @@ caf::behavior verification(self_ptr self, verification_request req,
   st.settings = std::move(cfg);
   st.started = st.state_started = self->clock().now();
   st.outcome.id = st.req.id;
+  // Stale timers and late replies are normal: logged and dropped, never
+  // printed to stdout or answered with an error that kills this actor.
+  self->set_default_handler(log_and_drop_unexpected);
   self->set_exception_handler([self](std::exception_ptr& eptr) -> caf::error {
     // CAF kills the actor after this; tell the supervisor where and why, so
     // the caller's failure names the state and the sandbox gets stopped.
@@ -511,8 +612,7 @@ caf::behavior verification(self_ptr self, verification_request req,
                what);
     return caf::make_error(caf::sec::runtime_error, std::move(what));
   });
-  enter_create(self);
-  return self->current_behavior();
+  return enter_create(self);
 }
 
 } // namespace
@@ -533,13 +633,13 @@ sandbox_spec make_sandbox_spec(const verification_request& req,
   return spec;
 }
 
-caf::actor
-spawn_verification(caf::event_based_actor* supervisor, verification_request req,
-                   provider_actor provider,
+verification_actor
+spawn_verification(caf::local_actor* spawner, verification_parent_actor parent,
+                   verification_request req, provider_actor provider,
                    std::shared_ptr<const verification_settings> settings) {
-  return supervisor->spawn<caf::monitored>(
-    verification, std::move(req), std::move(provider),
-    caf::actor_cast<caf::actor>(supervisor), std::move(settings));
+  return spawner->spawn<caf::monitored>(verification, std::move(req),
+                                        std::move(provider), std::move(parent),
+                                        std::move(settings));
 }
 
 } // namespace sv

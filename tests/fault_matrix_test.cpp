@@ -85,6 +85,7 @@ struct matrix_fixture : grading_fixture {
     if (c.op == scripted_op::stop)
       CHECK(s.stop_failures == 1);
     CHECK(s.in_flight == 0);
+    CHECK(s.creating == 0); // a late create released its slot when it came
 
     // The verification actor is gone (a crashed provider was replaced).
     CHECK(sys.registry().running() == baseline);
@@ -133,9 +134,9 @@ MATRIX_CELL("upload delay",   op::upload, fault::delay,   false, pu, state::uplo
 MATRIX_CELL("upload garbage", op::upload, fault::garbage, false, pu, state::upload, cause::error,     0s,  true)
 
 MATRIX_CELL("exec error",     op::exec, fault::error,     false, pu, state::exec, cause::error,       0s,  true)
-MATRIX_CELL("exec hang",      op::exec, fault::hang,      false, ve, state::exec, cause::timeout,     35s, true)
+MATRIX_CELL("exec hang",      op::exec, fault::hang,      false, pu, state::exec, cause::timeout,     35s, true)
 MATRIX_CELL("exec crash",     op::exec, fault::crash,     false, pu, state::exec, cause::node_down,   0s,  true)
-MATRIX_CELL("exec delay",     op::exec, fault::delay,     false, ve, state::exec, cause::timeout,     35s, true)
+MATRIX_CELL("exec delay",     op::exec, fault::delay,     false, pu, state::exec, cause::timeout,     35s, true)
 MATRIX_CELL("exec garbage",   op::exec, fault::garbage,   false, pu, state::exec, cause::error,       0s,  true)
 
 MATRIX_CELL("download error",   op::download, fault::error,   false, pu, state::download, cause::error,          0s,  true)

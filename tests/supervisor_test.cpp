@@ -172,18 +172,149 @@ TEST_CASE_METHOD(burst_fixture,
                  "crashing verifications among healthy ones: one reply each") {
   supervisor_config cfg;
   cfg.max_in_flight = 8;
+  // A parser with a bug: it throws on text that is not JSON (json::parse
+  // throws), and every other download is garbage.
   cfg.parser = [](const std::string& text, json& result, std::string&) {
     result = json::parse(text);
-    if (result.value("reward", 0.0) > 0.5)
-      throw std::runtime_error("parser bug");
     return true;
   };
   scripted_script script;
-  script.result_text = R"({"reward": 0.0})";
+  for (int i = 0; i < 20; ++i)
+    script.steps[scripted_op::download].push_back(
+      scripted_step{i % 2 == 0 ? scripted_fault::ok : scripted_fault::garbage});
   start(std::move(script), cfg);
-  submit_many("ok", 20);
+  submit_many("c", 20);
   run_until_replies(20, 1s);
   check_exactly_once(20);
-  CHECK(count(true, {}, {}) == 20);
-  CHECK(stats().crashed == 0);
+  CHECK(count(true, {}, {}) == 10);
+  CHECK(count(false, verification_state::parse, failure_cause::crash) == 10);
+  for (auto& out : outcomes)
+    if (!out.ok)
+      CHECK(out.failure.kind == failure_kind::verifier_error);
+  auto s = stats();
+  CHECK(s.crashed == 10);
+  CHECK(s.sandboxes_created == 20);
+  CHECK(s.sandboxes_stopped == 20);
+  CHECK(s.in_flight == 0);
+  CHECK(ledger->not_stopped_once().empty());
+}
+
+namespace {
+
+/// Every provider, the first and each replacement, dies on its first create.
+scripted_script crash_on_first_create() {
+  scripted_script script;
+  script.steps[scripted_op::create] = {scripted_step{scripted_fault::crash}};
+  return script;
+}
+
+} // namespace
+
+TEST_CASE_METHOD(burst_fixture,
+                 "a provider that crashes at once is restarted with backoff, "
+                 "then given up") {
+  supervisor_config cfg;
+  cfg.max_in_flight = 1;
+  // The defaults: restarts after 0, 100, 200, 400, 800, 1600, 3200 and
+  // 5000 ms (capped), given up when the 8th replacement dies too.
+  cfg.restart_provider = [this](caf::actor_system& sys) {
+    auto hdl = spawn_scripted_provider(sys, crash_on_first_create(), ledger);
+    spawned.push_back(caf::actor_cast<caf::actor>(hdl));
+    return hdl;
+  };
+  start(crash_on_first_create(), cfg);
+  submit_many("r", 20);
+  run();
+  collect();
+  // The first provider and the immediate first replacement died at once.
+  CHECK(outcomes.size() == 2);
+  run_for(100ms - 1ns);
+  collect();
+  CHECK(outcomes.size() == 2);
+  run_for(1ns);
+  collect();
+  CHECK(outcomes.size() == 3);
+  // Each verification that reached a provider failed in create; the batch
+  // waits through the backoff instead of draining as node_down.
+  run_for(11300ms - 100ms - 1ns);
+  collect();
+  CHECK(outcomes.size() == 8);
+  CHECK(stats().provider_restarts == 7);
+  run_for(1ns);
+  collect();
+  check_exactly_once(20);
+  CHECK(count(false, verification_state::create, failure_cause::node_down) ==
+        9);
+  CHECK(count(false, verification_state::queue, failure_cause::node_down) ==
+        11);
+  auto s = stats();
+  CHECK(s.provider_restarts == 8);
+  CHECK(s.queued == 0);
+  CHECK(s.in_flight == 0);
+  // Given up: later submissions fail at once.
+  submit(make_request("late"));
+  check_failure(reply_now(), failure_kind::provider_unavailable,
+                verification_state::queue, failure_cause::node_down);
+  CHECK(ledger->calls(scripted_op::create) == 9);
+}
+
+TEST_CASE_METHOD(burst_fixture,
+                 "a healthy verification resets the restart backoff") {
+  supervisor_config cfg;
+  cfg.max_in_flight = 1;
+  // Each replacement grades one submission, then dies on its second exec.
+  cfg.restart_provider = [this](caf::actor_system& sys) {
+    scripted_script script;
+    script.steps[scripted_op::exec] = {scripted_step{},
+                                       scripted_step{scripted_fault::crash}};
+    auto hdl = spawn_scripted_provider(sys, std::move(script), ledger);
+    spawned.push_back(caf::actor_cast<caf::actor>(hdl));
+    return hdl;
+  };
+  start(crash_on_first_create(), cfg);
+  submit_many("h", 7);
+  // No time passes: every restart follows a healthy verification, so none
+  // waits for a backoff.
+  run();
+  collect();
+  check_exactly_once(7);
+  CHECK(count(true, {}, {}) == 3);
+  CHECK(count(false, verification_state::create, failure_cause::node_down) ==
+        1);
+  CHECK(count(false, verification_state::exec, failure_cause::node_down) == 3);
+  CHECK(stats().provider_restarts == 4);
+  CHECK(ledger->not_stopped_once().empty());
+}
+
+TEST_CASE_METHOD(burst_fixture,
+                 "a restart that throws is retried after the backoff") {
+  supervisor_config cfg;
+  cfg.max_in_flight = 1;
+  int calls = 0;
+  cfg.restart_provider = [this, &calls](caf::actor_system& sys) {
+    if (++calls == 1)
+      throw std::runtime_error("python not found");
+    auto hdl = spawn_scripted_provider(sys, {}, ledger);
+    spawned.push_back(caf::actor_cast<caf::actor>(hdl));
+    return hdl;
+  };
+  start(crash_on_first_create(), cfg);
+  submit(make_request("first"));
+  submit(make_request("waits"));
+  run();
+  collect();
+  REQUIRE(outcomes.size() == 1);
+  check_failure(outcomes[0], failure_kind::provider_unavailable,
+                verification_state::create, failure_cause::node_down);
+  CHECK(calls == 1);
+  run_for(100ms - 1ns);
+  collect();
+  CHECK(outcomes.size() == 1);
+  run_for(1ns);
+  collect();
+  CHECK(calls == 2);
+  REQUIRE(outcomes.size() == 2);
+  CHECK(outcomes[1].id == "waits");
+  CHECK(outcomes[1].ok);
+  CHECK(stats().provider_restarts == 1);
 }

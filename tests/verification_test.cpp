@@ -4,8 +4,13 @@
 
 #include "actors/verification.hpp"
 #include "grading_fixture.hpp"
+#include "messages/errors.hpp"
+#include "provider_tap.hpp"
 
+#include <caf/send.hpp>
 #include <catch2/catch.hpp>
+#include <iostream>
+#include <sstream>
 
 using namespace sv;
 using namespace std::chrono_literals;
@@ -15,27 +20,30 @@ using test::check_failure;
 using test::fault_at;
 using test::make_request;
 
-TEST_CASE_METHOD(fixture, "happy path: create ready upload exec "
-                          "download stop in order and one reply") {
-  start({});
-  submit();
-  auto* prov = dynamic_cast<caf::scheduled_actor*>(
-    caf::actor_cast<caf::abstract_actor*>(provider));
-  REQUIRE(prov != nullptr);
-  std::vector<std::string> trace;
-  caf::strong_actor_ptr verifier;
-  while (sched.has_job()) {
-    if (next_actor() == prov) {
-      auto* e = prov->mailbox().peek();
-      REQUIRE(e != nullptr);
-      REQUIRE(e->content().match_element<caf::atom_value>(0));
-      trace.push_back(to_string(e->content().get_as<caf::atom_value>(0)));
-      if (!verifier)
-        verifier = e->sender;
-      CHECK(e->sender == verifier); // one verification actor drives it all
-    }
-    sched.run_once();
+namespace {
+
+/// The grading fixture with a provider tap in front of the scripted one.
+struct tapped_fixture : fixture {
+  std::shared_ptr<test::tap_log> log = std::make_shared<test::tap_log>();
+
+  void start_tapped(scripted_script script, supervisor_config cfg = {}) {
+    auto inner = keep(spawn_scripted_provider(sys, std::move(script), ledger));
+    provider = keep(sys.spawn(test::provider_tap, inner, log));
+    supervisor = keep(spawn_supervisor(sys, provider, std::move(cfg)));
   }
+};
+
+} // namespace
+
+TEST_CASE_METHOD(tapped_fixture, "happy path: create ready upload exec "
+                                 "download stop in order and one reply") {
+  start_tapped({});
+  submit();
+  run();
+  auto& trace = log->ops;
+  REQUIRE_FALSE(log->senders.empty());
+  for (auto& sender : log->senders)
+    CHECK(sender == log->senders.front()); // one verification drives it all
   CHECK(trace == std::vector<std::string>{"create", "status", "upload", "exec",
                                           "download", "stop"});
   auto out = take<verification_outcome>();
@@ -114,12 +122,13 @@ TEST_CASE_METHOD(fixture, "upload deadline: upload_timeout_s") {
   CHECK(ledger->not_stopped_once().empty());
 }
 
-TEST_CASE_METHOD(fixture, "exec deadline: exec_timeout_s plus grace") {
+TEST_CASE_METHOD(fixture, "exec deadline: exec_timeout_s plus grace; no "
+                          "report is the provider's fault") {
   start(fault_at(scripted_op::exec, scripted_fault::hang));
   submit();
   auto out = reply_exactly_at(35s);
-  check_failure(out, failure_kind::verifier_error, verification_state::exec,
-                failure_cause::timeout);
+  check_failure(out, failure_kind::provider_unavailable,
+                verification_state::exec, failure_cause::timeout);
   CHECK(out.timings.exec == 35000.0);
   CHECK(ledger->not_stopped_once().empty());
 }
@@ -327,4 +336,208 @@ TEST_CASE_METHOD(fixture, "a throwing parser crashes the verification: "
   auto s = stats();
   CHECK(s.crashed == 1);
   CHECK(s.sandboxes_stopped == 1);
+}
+
+// -- stale messages, dead providers, late creates (issue 8) -------------------
+
+namespace {
+
+using poll_message_atom = caf::atom_constant<caf::atom("poll")>;
+
+/// Captures what is written to std::cout while it lives.
+struct stdout_capture {
+  std::ostringstream text;
+  std::streambuf* old = std::cout.rdbuf(text.rdbuf());
+  ~stdout_capture() { std::cout.rdbuf(old); }
+};
+
+} // namespace
+
+TEST_CASE_METHOD(tapped_fixture,
+                 "a stale poll after ready is dropped: the "
+                 "verification lives on and nothing reaches stdout") {
+  start_tapped(fault_at(scripted_op::exec, scripted_fault::delay, 1s));
+  submit();
+  run(); // the verification waits for its exec (1 s)
+  REQUIRE(log->ops.back() == "exec");
+  auto verifier = log->senders.back();
+  REQUIRE(verifier);
+  stdout_capture out;
+  // A poll of the ready state, as the verification's own timer sends it
+  // (with and without a generation tag): harmless in exec.
+  caf::send_as(verifier, verifier, poll_message_atom::value);
+  caf::send_as(verifier, verifier, poll_message_atom::value, uint64_t{1});
+  caf::send_as(verifier, verifier, caf::atom("bogus"), 42);
+  auto reply = reply_exactly_at(1s);
+  INFO("failure: " << reply.failure.message);
+  CHECK(reply.ok);
+  CHECK(out.text.str().empty());
+  CHECK(stats().crashed == 0);
+  CHECK(ledger->not_stopped_once().empty());
+}
+
+TEST_CASE_METHOD(fixture, "a provider death during exec: node_down at once, "
+                          "the sandbox stopped once through the replacement, "
+                          "the old exec timeout does nothing") {
+  auto cfg = restarting();
+  // The replacement stops slowly: past the 35 s exec deadline of the
+  // request that went to the dead provider.
+  cfg.restart_provider = [this](caf::actor_system& sys) {
+    scripted_script slow;
+    slow.steps[scripted_op::stop] = {
+      scripted_step{scripted_fault::delay, 40s, false}};
+    auto hdl = spawn_scripted_provider(sys, std::move(slow), ledger);
+    spawned.push_back(caf::actor_cast<caf::actor>(hdl));
+    return hdl;
+  };
+  start(fault_at(scripted_op::exec, scripted_fault::hang), cfg);
+  submit();
+  run_for(1s);
+  caf::anon_send_exit(provider, caf::exit_reason::kill);
+  auto out = reply_now();
+  check_failure(out, failure_kind::provider_unavailable,
+                verification_state::exec, failure_cause::node_down);
+  run_for(100s);
+  CHECK_FALSE(take<verification_outcome>().has_value());
+  CHECK(ledger->creates() == 1);
+  CHECK(ledger->stops() == 1);
+  CHECK(ledger->not_stopped_once().empty());
+  auto s = stats();
+  CHECK(s.provider_restarts == 1);
+  CHECK(s.sandboxes_stopped == 1);
+  CHECK(s.stop_failures == 0);
+  CHECK(s.in_flight == 0);
+}
+
+TEST_CASE_METHOD(tapped_fixture,
+                 "a request bounced from a dying provider: no stop "
+                 "through it; the replacement stops the sandbox "
+                 "once") {
+  // The provider dies with the upload in its mailbox: the upload bounces to
+  // the verification before the provider's down_msg reaches the supervisor.
+  log->die_on = "upload";
+  start_tapped({}, restarting());
+  submit();
+  auto out = reply_now();
+  check_failure(out, failure_kind::provider_unavailable,
+                verification_state::upload, failure_cause::node_down);
+  run_for(60s);
+  CHECK_FALSE(take<verification_outcome>().has_value());
+  CHECK(ledger->creates() == 1);
+  CHECK(ledger->stops() == 1);
+  CHECK(ledger->not_stopped_once().empty());
+  auto s = stats();
+  CHECK(s.provider_restarts == 1);
+  CHECK(s.sandboxes_stopped == 1);
+  CHECK(s.stop_failures == 0);
+}
+
+TEST_CASE_METHOD(fixture, "a late create keeps its create slot until the "
+                          "provider answers, then its sandbox is stopped") {
+  scripted_script script;
+  script.steps[scripted_op::create] = {
+    scripted_step{scripted_fault::delay, 15s, false}};
+  supervisor_config cfg;
+  cfg.max_creating = 1;
+  start(std::move(script), cfg);
+  submit(make_request("late"));
+  submit(make_request("next"));
+  auto first = reply_exactly_at(10s);
+  CHECK(first.id == "late");
+  check_failure(first, failure_kind::provider_unavailable,
+                verification_state::create, failure_cause::timeout);
+  // The provider is still creating: the cap holds the second one back.
+  run_for(5s - 1ns);
+  CHECK(ledger->calls(scripted_op::create) == 1);
+  auto s = stats();
+  CHECK(s.creating == 1);
+  CHECK(s.in_flight == 0); // the first has its reply
+  CHECK(s.queued == 1);
+  // The late sandbox comes, is stopped, and only then the slot is free.
+  run_for(1ns);
+  CHECK(ledger->calls(scripted_op::create) == 2);
+  auto second = reply_now();
+  CHECK(second.id == "next");
+  CHECK(second.ok);
+  CHECK(ledger->creates() == 2);
+  CHECK(ledger->not_stopped_once().empty());
+  s = stats();
+  CHECK(s.peak_creating == 1);
+  CHECK(s.sandboxes_created == 2);
+  CHECK(s.sandboxes_stopped == 2);
+  CHECK(s.creating == 0);
+}
+
+TEST_CASE_METHOD(fixture, "a late create after a provider death settles "
+                          "and frees its slot") {
+  scripted_script script;
+  script.steps[scripted_op::create] = {scripted_step{scripted_fault::hang}};
+  supervisor_config cfg;
+  cfg.max_creating = 1;
+  start(std::move(script), restarting(cfg));
+  submit(make_request("late"));
+  auto first = reply_exactly_at(10s);
+  check_failure(first, failure_kind::provider_unavailable,
+                verification_state::create, failure_cause::timeout);
+  CHECK(stats().creating == 1);
+  caf::anon_send_exit(provider, caf::exit_reason::kill);
+  run();
+  CHECK(stats().creating == 0);
+  submit(make_request("next"));
+  CHECK(reply_now().ok);
+  CHECK(ledger->not_stopped_once().empty());
+}
+
+namespace {
+
+struct forgetful_state {
+  static inline const char* name = "sv.test.forgetful_provider";
+};
+
+/// A replacement that knows none of its predecessor's sandboxes: its
+/// predecessor's teardown removed them. Every call fails no_such_sandbox.
+provider_actor::behavior_type
+forgetful_provider(provider_actor::stateful_pointer<forgetful_state>, int) {
+  auto gone = [] {
+    return make_error(provider_errc::no_such_sandbox, "no such sandbox");
+  };
+  return {
+    [=](create_atom, sandbox_spec&) -> caf::result<sandbox_handle> {
+      return gone();
+    },
+    [=](status_atom, sandbox_handle&) -> caf::result<sandbox_status> {
+      return gone();
+    },
+    [=](upload_atom, sandbox_handle&, std::string&,
+        file_map&) -> caf::result<ok_atom> { return gone(); },
+    [=](exec_atom, sandbox_handle&, exec_request&) -> caf::result<exec_result> {
+      return gone();
+    },
+    [=](download_atom, sandbox_handle&,
+        std::string&) -> caf::result<std::string> { return gone(); },
+    [=](stop_atom, sandbox_handle&) -> caf::result<ok_atom> { return gone(); },
+  };
+}
+
+} // namespace
+
+TEST_CASE_METHOD(fixture, "an orphan the replacement does not know is "
+                          "counted stopped, not a stop failure") {
+  auto cfg = restarting();
+  cfg.restart_provider = [this](caf::actor_system& sys) {
+    auto hdl = sys.spawn(forgetful_provider, 0);
+    spawned.push_back(caf::actor_cast<caf::actor>(hdl));
+    return provider_actor{hdl};
+  };
+  start(fault_at(scripted_op::exec, scripted_fault::hang), cfg);
+  submit();
+  run();
+  caf::anon_send_exit(provider, caf::exit_reason::kill);
+  check_failure(reply_now(), failure_kind::provider_unavailable,
+                verification_state::exec, failure_cause::node_down);
+  auto s = stats();
+  CHECK(s.provider_restarts == 1);
+  CHECK(s.sandboxes_created == 1);
+  CHECK(s.sandboxes_stopped == 1);
+  CHECK(s.stop_failures == 0);
 }

@@ -163,7 +163,8 @@ provider_actor start_provider(caf::actor_system& sys,
 /// supervisor built after one died, so that shutdown reaches them all.
 class provider_set {
 public:
-  /// Any thread (the supervisor's restart runs on a scheduler thread).
+  /// Any thread (a restart runs on the supervisor's provider restarter, a
+  /// detached actor with a thread of its own).
   void add(const provider_actor& provider) {
     std::lock_guard<std::mutex> guard{mtx_};
     all_.push_back(caf::actor_cast<caf::actor>(provider));
@@ -188,7 +189,9 @@ supervisor_config make_supervisor_config(const cli_options& opts,
   cfg.max_creating = opts.max_creating;
   cfg.default_metadata = block.default_metadata;
   // A provider that dies mid-batch fails what it had in flight; the rest of
-  // the batch goes on with a fresh one.
+  // the batch goes on with a fresh one. The supervisor calls this off its
+  // scheduler threads (it may take seconds: python resolution, the isolation
+  // probe, the reaper), with backoff, and gives up after repeated crashes.
   cfg.restart_provider = [block, set](caf::actor_system& sys) {
     auto provider = spawn_provider(sys, block);
     set->add(provider);

@@ -41,7 +41,7 @@ def main():
 
     check(failure(1) == ("provider_unavailable", "create", "error"),
           f"s1: {failure(1)}")
-    check(failure(3) == ("verifier_error", "exec", "timeout"),
+    check(failure(3) == ("provider_unavailable", "exec", "timeout"),
           f"s3: {failure(3)}")
     check(failure(4) == ("verifier_error", "parse", "invalid_result"),
           f"s4: {failure(4)}")

@@ -1,0 +1,75 @@
+#pragma once
+
+// The typed protocol between the supervisor and its verification actors,
+// internal to actors/. Both directions are typed interfaces, so a message
+// outside them is a compile error on the sending side; whatever still
+// arrives unasked (a stale timer, a late reply) is logged and dropped
+// (actors/quiet.hpp), never an error that kills the receiver.
+
+#include "messages/provider.hpp"
+
+#include <caf/atom.hpp>
+#include <caf/replies_to.hpp>
+#include <caf/typed_actor.hpp>
+#include <cstdint>
+
+namespace sv {
+
+/// What happened to the sandbox at the end of a verification.
+enum class stop_status : uint8_t {
+  /// No sandbox was created, nothing to stop.
+  not_needed,
+  /// Stop succeeded.
+  stopped,
+  /// Stop failed or timed out; the provider's TTL reaps the sandbox.
+  failed,
+  /// The provider that created the sandbox is gone: the supervisor stops it
+  /// (the handle it got with `created`) through the replacement.
+  handed_over,
+  /// The create deadline passed while the provider was still creating: the
+  /// caller has its failure, the create slot stays taken, and a `settled`
+  /// report follows when the provider answers (or dies).
+  pending,
+};
+
+// -- supervisor -> verification ---------------------------------------------
+
+/// The provider the verification drives is gone (its down_msg reached the
+/// supervisor): fail now with node_down, hand the sandbox over, exit.
+using provider_lost_atom = caf::atom_constant<caf::atom("provlost")>;
+
+// -- verification -> itself (timers, tagged with the state's generation) ------
+
+/// Poll the status again (ready).
+using poll_atom = caf::atom_constant<caf::atom("poll")>;
+/// The create + ready deadline.
+using deadline_atom = caf::atom_constant<caf::atom("deadline")>;
+
+using verification_actor =
+  caf::typed_actor<caf::reacts_to<provider_lost_atom>,
+                   caf::reacts_to<poll_atom, uint64_t>,
+                   caf::reacts_to<deadline_atom, uint64_t>>;
+
+// -- verification -> supervisor ----------------------------------------------
+
+/// Create returned this sandbox; whoever outlives the verification stops it.
+using created_atom = caf::atom_constant<caf::atom("created")>;
+/// Create and ready are over: the create slot is free again.
+using ready_atom = caf::atom_constant<caf::atom("ready")>;
+/// The terminal outcome and what became of the sandbox. Unless the status
+/// is `pending`, the verification exits right after.
+using verified_atom = caf::atom_constant<caf::atom("verified")>;
+/// After a `pending` verdict: the late create has finished; the status says
+/// what became of the late sandbox (`not_needed`: none came). The create
+/// slot is free again and the verification exits.
+using settled_atom = caf::atom_constant<caf::atom("settled")>;
+/// A handler threw in this state (the what() text); the actor dies next.
+using crashed_atom = caf::atom_constant<caf::atom("crashed")>;
+
+using verification_parent_actor = caf::typed_actor<
+  caf::reacts_to<created_atom, sandbox_handle>, caf::reacts_to<ready_atom>,
+  caf::reacts_to<verified_atom, verification_outcome, stop_status>,
+  caf::reacts_to<settled_atom, stop_status>,
+  caf::reacts_to<crashed_atom, verification_state, std::string>>;
+
+} // namespace sv
