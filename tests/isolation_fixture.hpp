@@ -8,9 +8,9 @@
 // by scripts/setup.sh as root the tests run.
 
 #include "local_provider_fixture.hpp"
-#include "providers/detail/cgroups.hpp"
-#include "providers/detail/process.hpp"
-#include "providers/detail/unique_fd.hpp"
+#include "providers/local/host/cgroups.hpp"
+#include "providers/local/host/process.hpp"
+#include "providers/local/host/unique_fd.hpp"
 
 #include <fstream>
 #include <memory>

@@ -1,7 +1,7 @@
 // Integration tests of the local provider with real processes and files.
 
 #include "local_provider_fixture.hpp"
-#include "providers/detail/process.hpp"
+#include "providers/local/host/process.hpp"
 
 #include <caf/send.hpp>
 #include <sys/stat.h>

@@ -2,7 +2,7 @@
 // what bwrap adds to the start of a command.
 
 #include "isolation_fixture.hpp"
-#include "providers/detail/pidfd.hpp"
+#include "providers/local/host/pidfd.hpp"
 
 #include <fcntl.h>
 #include <poll.h>

@@ -1,10 +1,11 @@
-#include "providers/detail/sandbox_lifecycle.hpp"
+#include "providers/local/sandbox/lifecycle.hpp"
 
 #include "messages/errors.hpp"
-#include "providers/detail/confined_fs.hpp"
-#include "providers/detail/isolation.hpp"
-#include "providers/detail/local_exec.hpp"
-#include "providers/detail/process.hpp"
+#include "providers/local/host/mounts.hpp"
+#include "providers/local/host/process.hpp"
+#include "providers/local/isolation.hpp"
+#include "providers/local/sandbox/confined_fs.hpp"
+#include "providers/local/sandbox/exec.hpp"
 
 #include <cerrno>
 #include <cmath>

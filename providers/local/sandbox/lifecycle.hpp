@@ -5,7 +5,7 @@
 // thread.
 
 #include "messages/protocol.hpp"
-#include "providers/detail/local_sandbox.hpp"
+#include "providers/local/sandbox/sandbox.hpp"
 
 #include <caf/error.hpp>
 #include <memory>

@@ -4,8 +4,9 @@
 // it includes Asio, so only the provider's own sources include it.
 
 #include "messages/protocol.hpp"
-#include "providers/detail/confinement.hpp"
-#include "providers/detail/unique_fd.hpp"
+#include "providers/local/host/cgroups.hpp"
+#include "providers/local/host/uid_pool.hpp"
+#include "providers/local/host/unique_fd.hpp"
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -20,6 +21,16 @@ namespace sv::detail {
 using io_strand = boost::asio::strand<boost::asio::io_context::executor_type>;
 
 class running_exec;
+
+/// The confinement of one sandbox; each part may be absent.
+struct sandbox_confinement {
+  uid_lease uid;
+  /// Whether the sandbox directory is a tmpfs mounted for it.
+  bool mounted = false;
+  /// Its size in bytes, when mounted.
+  uint64_t disk_bytes = 0;
+  sandbox_cgroups cgroups;
+};
 
 /// One sandbox: its directory and the commands running in it. Everything
 /// that changes is touched on `strand` only, so file operations, spawns,

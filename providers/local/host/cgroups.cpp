@@ -1,6 +1,6 @@
-#include "providers/detail/cgroups.hpp"
+#include "providers/local/host/cgroups.hpp"
 
-#include "providers/detail/process.hpp"
+#include "providers/local/host/process.hpp"
 
 #include <algorithm>
 #include <cerrno>

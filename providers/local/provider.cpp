@@ -1,12 +1,11 @@
-#include "providers/local.hpp"
-
 #include "messages/errors.hpp"
 #include "messages/json.hpp"
 #include "messages/validation.hpp"
-#include "providers/detail/isolation.hpp"
-#include "providers/detail/local_runtime.hpp"
-#include "providers/detail/process.hpp"
-#include "providers/detail/reaper.hpp"
+#include "providers/local.hpp"
+#include "providers/local/host/process.hpp"
+#include "providers/local/isolation.hpp"
+#include "providers/local/reaper.hpp"
+#include "providers/local/registry.hpp"
 
 #include <caf/actor_cast.hpp>
 #include <caf/actor_system.hpp>

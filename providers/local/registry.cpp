@@ -1,12 +1,12 @@
-#include "providers/detail/local_runtime.hpp"
+#include "providers/local/registry.hpp"
 
 #include "messages/atoms.hpp"
 #include "messages/errors.hpp"
-#include "providers/detail/confined_fs.hpp"
-#include "providers/detail/local_exec.hpp"
-#include "providers/detail/local_sandbox.hpp"
-#include "providers/detail/process.hpp"
-#include "providers/detail/sandbox_lifecycle.hpp"
+#include "providers/local/host/process.hpp"
+#include "providers/local/sandbox/confined_fs.hpp"
+#include "providers/local/sandbox/exec.hpp"
+#include "providers/local/sandbox/lifecycle.hpp"
+#include "providers/local/sandbox/sandbox.hpp"
 
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/executor_work_guard.hpp>
