@@ -1,3 +1,15 @@
+// The local provider actor: a thin layer over the registry. It checks each
+// call, hands it to the registry with a typed completion that comes back as
+// a message to this actor, and delivers the requester's promise here, on
+// its own thread (CAF 0.17: never from a foreign thread). It owns those
+// promises, so it fails them when it exits (there is no broken_promise).
+
+// clang-format off
+// First: caf/result.hpp (included by the headers below) needs it declared.
+#include <caf/make_message.hpp>
+// clang-format on
+
+#include "actors/quiet.hpp"
 #include "messages/errors.hpp"
 #include "messages/json.hpp"
 #include "messages/validation.hpp"
@@ -7,79 +19,35 @@
 #include "providers/local/reaper.hpp"
 #include "providers/local/registry.hpp"
 
+#include <algorithm>
+#include <atomic>
+#include <caf/actor.hpp>
 #include <caf/actor_cast.hpp>
 #include <caf/actor_system.hpp>
 #include <caf/event_based_actor.hpp>
-#include <caf/exit_reason.hpp>
 #include <caf/response_promise.hpp>
+#include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
-#include <caf/system_messages.hpp>
-#include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <list>
 #include <memory>
-#include <random>
+#include <mutex>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
+#include <thread>
 #include <unistd.h>
 #include <unordered_map>
-#include <unordered_set>
 
 namespace sv {
 
-// -- the provider actor -------------------------------------------------------
-
 namespace {
 
-using detail::expired_atom;
-using detail::io_done_atom;
+/// Tags the completion of a call the registry ran: `(io_done_atom, call,
+/// T)` with the typed result, or `(io_done_atom, call, caf::error)`.
+using io_done_atom = caf::atom_constant<caf::atom("io_done")>;
 
-/// A request waiting for its I/O.
-struct pending_call {
-  caf::response_promise rp;
-  /// For create: the sandbox that exists once the I/O succeeded.
-  std::string created;
-};
-
-struct local_state {
-  static inline const char* name = "sv.local_provider";
-
-  /// Declared first, destroyed last: its destructor kills and removes every
-  /// sandbox, then joins the I/O threads.
-  std::unique_ptr<detail::local_runtime> runtime;
-  /// Sandboxes created and not yet stopped.
-  std::unordered_set<std::string> live;
-  std::unordered_map<uint64_t, pending_call> pending;
-  uint64_t next_request = 1;
-  uint64_t next_sandbox = 1;
-  std::mt19937_64 rng{std::random_device{}()};
-
-  /// Unique across restarts too: pid and start time of this process (the
-  /// reaper's proof of ownership), counter and random bits.
-  std::string new_id() {
-    char hex[17];
-    std::snprintf(hex, sizeof hex, "%016llx",
-                  static_cast<unsigned long long>(rng()));
-    return "sb-" + detail::instance_tag() + "-" +
-           std::to_string(next_sandbox++) + "-" + std::string{hex, 8};
-  }
-
-  uint64_t track(caf::response_promise rp, std::string created = {}) {
-    auto req = next_request++;
-    pending.emplace(req, pending_call{std::move(rp), std::move(created)});
-    return req;
-  }
-
-  caf::error check_live(const sandbox_handle& h) const {
-    if (live.count(h.sandbox_id) == 0)
-      return make_error(provider_errc::no_such_sandbox,
-                        "no sandbox " + h.sandbox_id +
-                          " (never created, or stopped)");
-    return caf::none;
-  }
-};
-
-using local_actor = caf::stateful_actor<local_state>;
+// -- checks before any I/O ----------------------------------------------------
 
 caf::error check_path(std::string_view what, const std::string& path) {
   if (is_confined_path(path))
@@ -144,116 +112,148 @@ caf::error check_upload(const std::string& dir, const file_map& files) {
   return caf::none;
 }
 
-/// Answers `rp` with `err` when set; true if it did.
-bool refuse(caf::response_promise& rp, caf::error err) {
-  if (!err)
-    return false;
-  rp.deliver(std::move(err));
-  return true;
-}
+// -- the actor ----------------------------------------------------------------
 
-void on_io_done(local_actor* self, uint64_t req, caf::message& reply) {
-  auto& st = self->state;
-  auto i = st.pending.find(req);
-  if (i == st.pending.end()) {
-    // A stop the provider started itself (TTL) has no requester.
-    if (reply.match_elements<caf::error>())
-      spdlog::warn("local provider: {}", describe(reply.get_as<caf::error>(0)));
-    return;
-  }
-  auto call = std::move(i->second);
-  st.pending.erase(i);
-  if (reply.match_elements<caf::error>())
-    return call.rp.deliver(reply.get_as<caf::error>(0));
-  if (!call.created.empty()) {
-    st.live.insert(call.created);
-    return call.rp.deliver(sandbox_handle{call.created, "local", ""});
-  }
-  call.rp.deliver(std::move(reply));
-}
+struct local_state {
+  static inline const char* name = "sv.local_provider";
 
-/// Answers at once when the sandbox is unknown or `err` is set; otherwise
-/// hands the request to `start` with the id its I/O reply will carry.
-template <class F>
-caf::response_promise start_call(local_actor* self, const sandbox_handle& h,
-                                 caf::error err, F start) {
+  std::shared_ptr<local_registry> registry;
+  /// This actor's token in the registry.
+  uint64_t owner = 0;
+  /// Requesters waiting for the registry, by call.
+  std::unordered_map<uint64_t, caf::response_promise> pending;
+  uint64_t next_call = 1;
+
+  local_state() = default;
+  local_state(const local_state&) = delete;
+  local_state& operator=(const local_state&) = delete;
+
+  /// CAF destroys the state when the actor exits, whatever the reason (a
+  /// kill and an exception too), on the actor's own thread.
+  ~local_state() {
+    for (auto& entry : pending)
+      entry.second.deliver(make_error(provider_errc::unavailable,
+                                      "the local provider is shutting down"));
+    if (registry)
+      registry->leave(owner); // never blocks; the teardown runs on I/O threads
+    // Dropping the reference never blocks either (make_local_registry).
+  }
+};
+
+using local_actor = caf::stateful_actor<local_state>;
+
+/// Registers a call; its completion, on an I/O thread, comes back to this
+/// actor as a typed message (held weakly: I/O never keeps a dead provider
+/// alive, and a completion for a dead one is dropped).
+template <class T>
+std::pair<caf::response_promise, local_completion<T>>
+start_call(local_actor* self) {
+  auto call = self->state.next_call++;
   auto rp = self->make_response_promise();
-  if (refuse(rp, self->state.check_live(h)) || refuse(rp, std::move(err)))
-    return rp;
-  start(self->state.track(rp));
-  return rp;
+  self->state.pending.emplace(call, rp);
+  local_completion<T> done = [addr{self->address()}, call](caf::expected<T> x) {
+    auto hdl = caf::actor_cast<caf::actor>(addr);
+    if (!hdl)
+      return;
+    if (x)
+      caf::anon_send(hdl, io_done_atom::value, call, std::move(*x));
+    else
+      caf::anon_send(hdl, io_done_atom::value, call, std::move(x.error()));
+  };
+  return {std::move(rp), std::move(done)};
 }
 
-void on_expired(local_actor* self, const std::string& id) {
-  if (self->state.live.erase(id) == 0)
+template <class T>
+void finish_call(local_actor* self, uint64_t call, T&& x) {
+  auto i = self->state.pending.find(call);
+  if (i == self->state.pending.end())
     return;
-  spdlog::warn("local provider: sandbox {} outlived its TTL, stopping it", id);
-  self->state.runtime->stop(0, id);
+  auto rp = std::move(i->second);
+  self->state.pending.erase(i);
+  rp.deliver(std::forward<T>(x));
 }
 
-void on_exit_msg(local_actor* self, caf::exit_msg& msg) {
-  if (!msg.reason)
-    return;
-  // No broken_promise in CAF 0.17: fail waiting requesters now rather
-  // than at their timeouts.
-  for (auto& entry : self->state.pending)
-    entry.second.rp.deliver(make_error(provider_errc::unavailable,
-                                       "the local provider is shutting down"));
-  self->state.pending.clear();
-  self->quit(std::move(msg.reason));
+caf::error check_live(local_actor* self, const sandbox_handle& h) {
+  if (self->state.registry->is_live(h.sandbox_id))
+    return caf::none;
+  return make_error(provider_errc::no_such_sandbox,
+                    "no sandbox " + h.sandbox_id +
+                      " (never created, or stopped)");
 }
 
-caf::behavior local_provider(local_actor* self, detail::runtime_settings cfg) {
-  self->state.runtime =
-    std::make_unique<detail::local_runtime>(std::move(cfg), self->address());
-  self->set_exit_handler(
-    [self](caf::exit_msg& msg) { on_exit_msg(self, msg); });
+/// Answers at once when `err` is set; otherwise hands the call to `run`
+/// with its completion.
+template <class T, class F>
+caf::result<T> call(local_actor* self, caf::error err, F run) {
+  if (err)
+    return err;
+  auto [rp, done] = start_call<T>(self);
+  run(std::move(done));
+  return caf::result<T>{caf::delegated<T>{}};
+}
+
+caf::behavior local_provider(local_actor* self,
+                             std::shared_ptr<local_registry> registry) {
+  self->set_default_handler(log_and_drop_unexpected);
+  auto& st = self->state;
+  st.owner = registry->join();
+  st.registry = std::move(registry);
   return {
-    [self](create_atom, sandbox_spec& spec) {
-      auto rp = self->make_response_promise();
-      if (refuse(rp, check_spec(spec)))
-        return rp;
-      auto& st = self->state;
-      auto id = st.new_id();
-      st.runtime->create(st.track(rp, id), id, spec);
-      return rp;
+    [self](create_atom, const sandbox_spec& spec) {
+      return call<sandbox_handle>(self, check_spec(spec), [&](auto done) {
+        self->state.registry->create(self->state.owner, spec, std::move(done));
+      });
     },
     [self](status_atom,
            const sandbox_handle& h) -> caf::result<sandbox_status> {
-      if (auto err = self->state.check_live(h))
+      if (auto err = check_live(self, h))
         return err;
       return sandbox_status::running;
     },
     [self](upload_atom, const sandbox_handle& h, std::string& dir,
            file_map& files) {
-      return start_call(self, h, check_upload(dir, files), [&](auto req) {
-        self->state.runtime->upload(req, h.sandbox_id, std::move(dir),
-                                    std::move(files));
+      auto err = check_upload(dir, files);
+      return call<ok_atom>(self, std::move(err), [&](auto done) {
+        self->state.registry->upload(h.sandbox_id, std::move(dir),
+                                     std::move(files), std::move(done));
       });
     },
     [self](exec_atom, const sandbox_handle& h, exec_request& x) {
-      return start_call(self, h, check_exec(x), [&](auto req) {
-        self->state.runtime->exec(req, h.sandbox_id, std::move(x));
+      return call<exec_result>(self, check_exec(x), [&](auto done) {
+        self->state.registry->exec(h.sandbox_id, std::move(x), std::move(done));
       });
     },
     [self](download_atom, const sandbox_handle& h, std::string& path) {
-      return start_call(self, h, check_path("path", path), [&](auto req) {
-        self->state.runtime->download(req, h.sandbox_id, std::move(path));
+      auto err = check_path("path", path);
+      return call<std::string>(self, std::move(err), [&](auto done) {
+        self->state.registry->download(h.sandbox_id, std::move(path),
+                                       std::move(done));
       });
     },
     [self](stop_atom, const sandbox_handle& h) {
-      return start_call(self, h, caf::none, [&](auto req) {
-        // Gone for every later call at once, even while the kill runs.
-        self->state.live.erase(h.sandbox_id);
-        self->state.runtime->stop(req, h.sandbox_id);
+      return call<ok_atom>(self, caf::none, [&](auto done) {
+        self->state.registry->stop(h.sandbox_id, std::move(done));
       });
     },
-    [self](io_done_atom, uint64_t req, caf::message& reply) {
-      on_io_done(self, req, reply);
+    [self](io_done_atom, uint64_t call, sandbox_handle& h) {
+      finish_call(self, call, std::move(h));
     },
-    [self](expired_atom, const std::string& id) { on_expired(self, id); },
+    [self](io_done_atom, uint64_t call, exec_result& r) {
+      finish_call(self, call, std::move(r));
+    },
+    [self](io_done_atom, uint64_t call, std::string& text) {
+      finish_call(self, call, std::move(text));
+    },
+    [self](io_done_atom, uint64_t call, ok_atom ok) {
+      finish_call(self, call, ok);
+    },
+    [self](io_done_atom, uint64_t call, caf::error& err) {
+      finish_call(self, call, std::move(err));
+    },
   };
 }
+
+// -- setting up a registry ----------------------------------------------------
 
 std::string default_root() {
   const char* tmp = std::getenv("TMPDIR");
@@ -281,20 +281,65 @@ std::string prepare_root(const std::string& configured) {
   return root;
 }
 
+/// Runs the last release of registries that were not shut down, each on a
+/// thread of its own (whoever drops the last reference, a scheduler thread
+/// say, never blocks), and joins those threads at the latest at exit.
+class registry_releaser {
+public:
+  void release(local_registry* r) {
+    std::lock_guard<std::mutex> guard{mtx_};
+    // Join the ones that are done: their join returns at once.
+    for (auto i = threads_.begin(); i != threads_.end();)
+      if (*i->second) {
+        i->first.join();
+        i = threads_.erase(i);
+      } else {
+        ++i;
+      }
+    auto done = std::make_shared<std::atomic<bool>>(false);
+    threads_.emplace_back(std::thread{[r, done] {
+                            delete r;
+                            *done = true;
+                          }},
+                          done);
+  }
+
+  ~registry_releaser() {
+    for (auto& t : threads_)
+      t.first.join();
+  }
+
+private:
+  std::mutex mtx_;
+  std::list<std::pair<std::thread, std::shared_ptr<std::atomic<bool>>>>
+    threads_;
+};
+
+void release_registry(local_registry* r) {
+  if (r->is_shut_down()) {
+    delete r; // nothing left to wait for
+    return;
+  }
+  static registry_releaser releaser;
+  releaser.release(r);
+}
+
 } // namespace
 
-provider_actor spawn_local_provider(caf::actor_system& sys,
-                                    local_provider_config cfg) {
+std::shared_ptr<local_registry> make_local_registry(local_provider_config cfg) {
   if (cfg.io_threads == 0)
     throw std::runtime_error("local provider: io_threads must be at least 1");
-  detail::runtime_settings settings;
+  detail::registry_settings settings;
   settings.root = prepare_root(cfg.root);
   settings.python_name = cfg.python;
-  // Once, here, on the caller's thread: never on a scheduler thread.
   auto python = detail::resolve_python_install(cfg.python);
   settings.python_path = python.executable;
   settings.max_download_bytes = cfg.max_download_bytes;
   settings.io_threads = cfg.io_threads;
+  settings.stop_attempts =
+    static_cast<uint32_t>(std::max<uint64_t>(1, cfg.stop_attempts));
+  settings.stop_retry_delay = cfg.stop_retry_delay;
+  settings.stop_fault = std::move(cfg.stop_fault);
   auto iso = detail::prepare_isolation(cfg, settings.root, python);
   if (auto n = detail::reap_orphans(settings.root, iso.cgroups); n > 0)
     spdlog::warn("local provider: reaped {} sandboxes left by an earlier run "
@@ -305,8 +350,29 @@ provider_actor spawn_local_provider(caf::actor_system& sys,
   detail::log_isolation(iso);
   settings.isolation =
     std::make_shared<const detail::isolation_settings>(std::move(iso));
+  return std::shared_ptr<local_registry>(
+    new local_registry(std::move(settings)), release_registry);
+}
+
+provider_actor spawn_local_provider(caf::actor_system& sys,
+                                    std::shared_ptr<local_registry> registry) {
+  if (!registry)
+    throw std::invalid_argument("spawn_local_provider: no registry");
   return caf::actor_cast<provider_actor>(
-    sys.spawn(local_provider, std::move(settings)));
+    sys.spawn(local_provider, std::move(registry)));
+}
+
+provider_actor spawn_local_provider(caf::actor_system& sys,
+                                    local_provider_config cfg) {
+  return spawn_local_provider(sys, make_local_registry(std::move(cfg)));
+}
+
+void shut_down_local_registry(local_registry& registry) {
+  registry.shutdown();
+}
+
+local_registry_stats local_registry_counters(const local_registry& registry) {
+  return registry.stats();
 }
 
 } // namespace sv

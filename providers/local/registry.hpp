@@ -1,74 +1,119 @@
 #pragma once
 
-// The I/O side of the local provider: an io_context run by its own threads,
-// where every blocking step (file I/O, spawning, awaiting children, removing
-// directories) happens. Each call answers with one message
-// `(io_done_atom, request_id, caf::message reply)` to the provider actor,
-// where `reply` holds the response or a `caf::error`. The actor delivers it.
+// The one registry of the local provider's sandboxes, and the I/O threads
+// that do their blocking work (file I/O, spawning, awaiting children,
+// tearing down). It outlives any one provider actor: a replacement actor
+// spawned on the same registry after a crash serves (and stops) the
+// sandboxes its predecessor created. Every call answers through a typed
+// callback, exactly once, on an I/O thread; the actor turns that into a
+// message to itself (providers/local/provider.cpp).
+//
+// The life of a sandbox, all of it here: create → live → stopping (a stop
+// call, its TTL, its provider's exit) → gone, or → stop_failed, retried with
+// a growing delay (a bounded number of times, then logged) and on every
+// later stop call, until really gone. A sandbox whose teardown was started
+// by its provider's exit leaves a tombstone: a later stop of it (through a
+// replacement) is a success, not `no_such_sandbox`.
 
 #include "messages/protocol.hpp"
+#include "providers/local.hpp"
 
-#include <caf/atom.hpp>
+#include <caf/error.hpp>
+#include <caf/expected.hpp>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
-namespace caf {
-class actor_addr;
-} // namespace caf
+namespace sv {
 
-namespace sv::detail {
+namespace detail {
 
 struct isolation_settings;
 
-/// Tags a finished I/O call.
-using io_done_atom = caf::atom_constant<caf::atom("io_done")>;
-
-/// Tags a sandbox whose TTL ran out.
-using expired_atom = caf::atom_constant<caf::atom("expired")>;
-
-struct runtime_settings {
+struct registry_settings {
   std::string root;
   std::string python_name;
   std::string python_path;
   uint64_t max_download_bytes = 0;
   size_t io_threads = 1;
   std::shared_ptr<const isolation_settings> isolation;
+  uint32_t stop_attempts = 5;
+  std::chrono::milliseconds stop_retry_delay{1000};
+  std::function<caf::error(const std::string&)> stop_fault;
 };
 
-class local_runtime {
+} // namespace detail
+
+/// Receives the outcome of one call, exactly once, on an I/O thread.
+template <class T>
+using local_completion = std::function<void(caf::expected<T>)>;
+
+class local_registry {
 public:
-  /// Opens `cfg.root` and starts the I/O threads; replies go to `provider`
-  /// (held weakly: pending I/O never keeps the actor alive).
-  local_runtime(runtime_settings cfg, const caf::actor_addr& provider);
+  /// Opens `cfg.root` and starts the I/O threads. Throws
+  /// std::runtime_error when the root cannot be opened.
+  explicit local_registry(detail::registry_settings cfg);
 
-  /// Kills every process of every sandbox, removes their directories and
-  /// joins the I/O threads.
-  ~local_runtime();
+  /// shutdown(), when nobody did.
+  ~local_registry();
 
-  local_runtime(const local_runtime&) = delete;
-  local_runtime& operator=(const local_runtime&) = delete;
+  local_registry(const local_registry&) = delete;
+  local_registry& operator=(const local_registry&) = delete;
 
-  /// Makes sandbox `id` (directory, uid, cgroups); replies `ok_atom`.
-  void create(uint64_t req, const std::string& id, const sandbox_spec& spec);
+  // -- provider actors -------------------------------------------------------
 
-  /// Writes `files` below `dir`; replies `ok_atom`.
-  void upload(uint64_t req, const std::string& id, std::string dir,
-              file_map files);
+  /// A token for one provider actor.
+  uint64_t join();
 
-  /// Runs a command; replies `exec_result`.
-  void exec(uint64_t req, const std::string& id, exec_request x);
+  /// The actor of `owner` is gone: its live sandboxes are torn down (in the
+  /// background, never blocking the caller), and a later stop of one of
+  /// them is a success.
+  void leave(uint64_t owner);
 
-  /// Reads one regular file; replies `std::string`.
-  void download(uint64_t req, const std::string& id, std::string path);
+  // -- calls -----------------------------------------------------------------
 
-  /// Kills everything of sandbox `id` and removes it; replies `ok_atom`.
-  void stop(uint64_t req, const std::string& id);
+  /// Makes a fresh sandbox for `owner`; answers its handle.
+  void create(uint64_t owner, const sandbox_spec& spec,
+              local_completion<sandbox_handle> done);
+
+  /// Whether `id` is live (created, not stopping or stopped). Never blocks.
+  bool is_live(const std::string& id) const;
+
+  /// Writes `files` below `dir` of sandbox `id`.
+  void upload(const std::string& id, std::string dir, file_map files,
+              local_completion<ok_atom> done);
+
+  /// Runs a command to its end, its deadline or the sandbox's stop.
+  void exec(const std::string& id, exec_request x,
+            local_completion<exec_result> done);
+
+  /// Reads one regular file of sandbox `id`.
+  void download(const std::string& id, std::string path,
+                local_completion<std::string> done);
+
+  /// Kills everything of sandbox `id` and removes it; joins a teardown that
+  /// already runs, tries a failed one again.
+  void stop(const std::string& id, local_completion<ok_atom> done);
+
+  // -- the registry as a whole -----------------------------------------------
+
+  local_registry_stats stats() const;
+
+  /// Stops every sandbox (a last try for those whose stop failed) and joins
+  /// the I/O threads. Blocks for up to about 30 s: never call it on a CAF
+  /// scheduler thread or an I/O thread of this registry. Idempotent.
+  void shutdown();
+
+  /// Whether shutdown() has finished.
+  bool is_shut_down() const;
+
+  struct impl;
 
 private:
-  struct impl;
-  std::shared_ptr<impl> impl_;
+  std::unique_ptr<impl> impl_;
 };
 
-} // namespace sv::detail
+} // namespace sv
