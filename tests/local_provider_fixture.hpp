@@ -25,6 +25,7 @@
 #include <iterator>
 #include <optional>
 #include <string>
+#include <thread>
 #include <unistd.h>
 #include <vector>
 
@@ -92,6 +93,20 @@ inline std::vector<pid_t> processes_with_env_prefix(const std::string& prefix) {
 /// Every sandbox process of this test process carries this prefix.
 inline std::string own_marker_prefix() {
   return "SV_SANDBOX_ID=sb-" + std::to_string(::getpid()) + "-";
+}
+
+/// Waits until `pred` holds, checking every 5 ms for at most the test
+/// deadline; false if it never did. For effects of real processes and
+/// timers that no message announces.
+template <class Pred>
+bool eventually(Pred pred) {
+  auto until = std::chrono::steady_clock::now() + deadline;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > until)
+      return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds{5});
+  }
+  return true;
 }
 
 struct test_config : caf::actor_system_config {
