@@ -123,11 +123,6 @@ struct local_registry::impl {
     return i->second;
   }
 
-  bool still_live(const local_sandbox& sb) const {
-    std::lock_guard<std::mutex> guard{mtx};
-    return sb.phase == sandbox_phase::live;
-  }
-
   void add_tombstone(const std::string& id) {
     if (!tombstones.insert(id).second)
       return;
@@ -147,7 +142,7 @@ struct local_registry::impl {
       return done(no_such_sandbox(id));
     asio::post(sb->strand,
                [this, sb, done{std::move(done)}, f{std::move(f)}]() mutable {
-                 if (!still_live(*sb))
+                 if (sb->torn_down) // a stop ran first on the strand
                    return done(no_such_sandbox(sb->id));
                  done(guarded<T>([&] { return f(*sb); }));
                });
@@ -233,6 +228,7 @@ struct local_registry::impl {
 
   /// Tears `sb` down on its strand and answers everyone waiting.
   void run_stop(const std::shared_ptr<local_sandbox>& sb) {
+    sb->torn_down = true;
     sb->ttl.cancel();
     sb->retry.cancel();
     auto err = cfg.stop_fault ? cfg.stop_fault(sb->id) : caf::error{};
@@ -462,7 +458,7 @@ void local_registry::exec(const std::string& id, exec_request x,
   }
   asio::post(sb->strand, [p = impl_.get(), sb, n, x{std::move(x)},
                           done{std::move(done)}]() mutable {
-    if (!p->still_live(*sb))
+    if (sb->torn_down) // on the strand: a stop ran before this call
       return done(no_such_sandbox(sb->id));
     detail::launch_plan plan;
     try {

@@ -80,6 +80,10 @@ struct local_sandbox {
   std::map<uint64_t, std::shared_ptr<running_exec>> execs;
   /// Its uid, tmpfs and cgroups; released by a stop that succeeds.
   sandbox_confinement confinement;
+  /// Set on the strand when its first teardown starts: calls queued on the
+  /// strand before it still run (and a stop then kills their commands),
+  /// later ones find no sandbox.
+  bool torn_down = false;
 
   // -- the registry's part, guarded by its mutex -----------------------------
 
