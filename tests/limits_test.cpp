@@ -224,3 +224,35 @@ TEST_CASE("a sandbox past its TTL is killed and removed, cgroups and all") {
   REQUIRE(wait_for_file(f->root.path, h.sandbox_id, true));
   f->expect_gone(h.sandbox_id, uid);
 }
+
+TEST_CASE("a stop that really fails is retried until the sandbox is gone") {
+  // A cgroup below the sandbox's own makes its removal fail (EBUSY), as a
+  // busy host resource would.
+  auto f = make_isolated([](local_provider_config& c) {
+    c.stop_attempts = 50;
+    c.stop_retry_delay = std::chrono::milliseconds{10};
+  });
+  auto h = f->create();
+  auto uid = f->uid_of(h);
+  auto blocker = cgroup_dir("pids", h.sandbox_id) + "/blocker";
+  REQUIRE(::mkdir(blocker.c_str(), 0755) == 0);
+  auto r = f->stop(h);
+  CHECK(r.code() == code(provider_errc::io_error));
+  CHECK(r.message().find("cannot remove cgroup") != std::string::npos);
+  // Still known, its uid still held: nothing reuses it while a cgroup is
+  // left; the registry tries again by itself.
+  auto st = local_registry_counters(*f->registry);
+  CHECK(st.known == 1);
+  CHECK(f->exec(h, exec_request{{"true"}, "", {}, 30, ""}).code() ==
+        code(provider_errc::no_such_sandbox));
+  REQUIRE(eventually(
+    [&] { return local_registry_counters(*f->registry).failed_stops >= 2; }));
+  REQUIRE(::rmdir(blocker.c_str()) == 0);
+  REQUIRE(eventually(
+    [&] { return local_registry_counters(*f->registry).stopped == 1; }));
+  st = local_registry_counters(*f->registry);
+  CHECK(st.known == 0);
+  CHECK(st.stop_failed == 0);
+  f->expect_gone(h.sandbox_id, uid);
+  CHECK(f->stop(h).code() == code(provider_errc::no_such_sandbox));
+}
