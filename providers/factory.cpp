@@ -10,22 +10,56 @@ namespace sv {
 
 namespace {
 
+class local_backend : public provider_backend {
+public:
+  explicit local_backend(const json& settings)
+      : registry_(make_local_registry(parse_local_provider_config(settings))) {
+    // nop
+  }
+
+  provider_actor spawn(caf::actor_system& sys) const override {
+    return spawn_local_provider(sys, registry_);
+  }
+
+  void shut_down() override { shut_down_local_registry(*registry_); }
+
+private:
+  std::shared_ptr<local_registry> registry_;
+};
+
+class scripted_backend : public provider_backend {
+public:
+  explicit scripted_backend(const json& settings)
+      : script_(parse_scripted_script(settings)) {
+    // nop
+  }
+
+  provider_actor spawn(caf::actor_system& sys) const override {
+    return spawn_scripted_provider(sys, script_, nullptr);
+  }
+
+  void shut_down() override {
+    // nothing outlives a scripted provider
+  }
+
+private:
+  scripted_script script_;
+};
+
 struct provider_entry {
   const char* name;
-  provider_actor (*spawn)(caf::actor_system& sys, const json& settings);
+  std::shared_ptr<provider_backend> (*prepare)(const json& settings);
 };
+
+template <class Backend>
+std::shared_ptr<provider_backend> make_backend(const json& settings) {
+  return std::make_shared<Backend>(settings);
+}
 
 // Adding a backend is one line here.
 const provider_entry known_providers[] = {
-  {"local",
-   [](caf::actor_system& sys, const json& settings) {
-     return spawn_local_provider(sys, parse_local_provider_config(settings));
-   }},
-  {"scripted",
-   [](caf::actor_system& sys, const json& settings) {
-     return spawn_scripted_provider(sys, parse_scripted_script(settings),
-                                    nullptr);
-   }},
+  {"local", make_backend<local_backend>},
+  {"scripted", make_backend<scripted_backend>},
 };
 
 constexpr const char* metadata_key = "default_metadata";
@@ -88,19 +122,26 @@ provider_block parse_provider_block(const json& j) {
   return out;
 }
 
-provider_actor spawn_provider(caf::actor_system& sys,
-                              const provider_block& block) {
+provider_backend::~provider_backend() = default;
+
+std::shared_ptr<provider_backend>
+prepare_provider(const provider_block& block) {
   auto* entry = find_provider(block.name);
   if (entry == nullptr)
     throw json_error(
       block.name, "unknown provider (known providers: " + known_names() + ")");
   try {
-    return entry->spawn(sys, block.settings);
+    return entry->prepare(block.settings);
   } catch (const json_error& e) {
     // Name the setting by its full path in the block.
     throw json_error(
       e.path().empty() ? block.name : block.name + "." + e.path(), e.reason());
   }
+}
+
+provider_actor spawn_provider(caf::actor_system& sys,
+                              const provider_block& block) {
+  return prepare_provider(block)->spawn(sys);
 }
 
 } // namespace sv

@@ -6,6 +6,7 @@
 
 #include "messages/provider.hpp"
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -28,8 +29,37 @@ std::vector<std::string> provider_names();
 /// (no provider key, two provider keys, an unknown provider name, ...).
 provider_block parse_provider_block(const json& j);
 
-/// Spawns the provider a block names. Throws `json_error` for bad settings,
-/// std::runtime_error when the provider cannot start.
+/// A provider block made ready to serve: its expensive set-up done once
+/// (the local provider: the root, the interpreter, the isolation probe, the
+/// start-up reaper) and what outlives one provider actor (the local
+/// provider's registry of sandboxes). Every actor spawned from one backend
+/// shares it: a replacement spawned after a crash stops the sandboxes its
+/// predecessor created.
+class provider_backend {
+public:
+  virtual ~provider_backend();
+
+  /// Spawns a provider actor: cheap and non-blocking, fine on a scheduler
+  /// thread (a supervisor's restart, a detached restarter).
+  virtual provider_actor spawn(caf::actor_system& sys) const = 0;
+
+  /// Blocks until what the backend's actors left is gone (the local
+  /// provider: its sandboxes stopped, its I/O threads joined). Call it after
+  /// the actors are gone, never on a scheduler thread; without it, the last
+  /// release does it on a thread of its own.
+  virtual void shut_down() = 0;
+};
+
+/// Makes the backend of a block. Blocks for up to seconds: call it on the
+/// main thread or a detached actor, never on a scheduler thread. Throws
+/// `json_error` for bad settings, std::runtime_error when the provider
+/// cannot start.
+std::shared_ptr<provider_backend> prepare_provider(const provider_block& block);
+
+/// `prepare_provider(block)->spawn(sys)`: a provider with a backend of its
+/// own, which no replacement shares. Blocks like `prepare_provider` (fine on
+/// a detached actor). To replace a provider and keep its sandboxes, keep the
+/// backend and spawn again from it.
 provider_actor spawn_provider(caf::actor_system& sys,
                               const provider_block& block);
 

@@ -4,11 +4,20 @@
 // process group(s) started in it. Child processes are awaited on an I/O
 // thread (pidfd + epoll via Boost.Asio); results come back as messages, so no
 // CAF scheduler thread ever blocks.
+//
+// Two parts: a `local_registry` (the sandboxes and the I/O threads; made
+// once, slowly, off the scheduler threads) and provider actors on it (cheap
+// to spawn, anywhere). Every actor of one registry knows every sandbox of
+// it: a replacement spawned after a crash stops what its predecessor made.
 
 #include "messages/provider.hpp"
 
+#include <caf/error.hpp>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -56,17 +65,75 @@ struct local_provider_config {
   uint64_t uid_count = 4096;
   /// The cgroup, below each v1 hierarchy's root, that holds the sandboxes'.
   std::string cgroup_parent = "sv-sandboxes";
+
+  // -- failed stops ----------------------------------------------------------
+
+  /// Tries of a failed stop in all (the first included); then it is logged
+  /// and the sandbox stays known: a stop call or shutdown tries again.
+  uint64_t stop_attempts = 5;
+  /// The wait before the second try; it doubles for each one after.
+  std::chrono::milliseconds stop_retry_delay{1000};
+  /// Tests only: when set, a stop of sandbox `id` first asks it, and a
+  /// returned error fails that try instead of the teardown.
+  std::function<caf::error(const std::string& id)> stop_fault;
 };
+
+/// What a local registry has done so far.
+struct local_registry_stats {
+  uint64_t created = 0;
+  /// Sandboxes really gone (by a stop call, a TTL, a provider's exit).
+  uint64_t stopped = 0;
+  /// Teardowns that failed (each try counts).
+  uint64_t failed_stops = 0;
+  /// Sandboxes known now: live, stopping or failed to stop.
+  uint64_t known = 0;
+  /// Of those, the ones whose last stop failed.
+  uint64_t stop_failed = 0;
+};
+
+/// The sandboxes of the local provider and the I/O threads that serve them
+/// (providers/local/registry.hpp). Shared by the provider actors spawned on
+/// it; it outlives each of them.
+class local_registry;
 
 /// Reads the settings of a `{"local": {...}}` provider block (the inner
 /// object). Throws `json_error` naming the field on bad input or unknown
 /// keys.
 local_provider_config parse_local_provider_config(const json& settings);
 
-/// Creates the root, resolves the interpreter and spawns the provider.
-/// Throws std::runtime_error with a message a person can act on when the
-/// root cannot be created or the interpreter cannot be found.
+/// Creates the root, resolves the interpreter, probes the isolation, reaps
+/// what dead providers left and starts the I/O threads. Blocks for up to
+/// seconds: call it before the actor system runs, or on a detached actor or
+/// thread, never on a scheduler thread. Throws std::runtime_error with a
+/// message a person can act on when the root cannot be created or the
+/// interpreter cannot be found.
+///
+/// Dropping the last reference never blocks the thread that drops it (a
+/// provider actor's, say): the shutdown then runs on a thread of its own,
+/// joined at the latest when the process exits. An owner that wants the
+/// sandboxes gone at a known point calls `shut_down_local_registry`.
+std::shared_ptr<local_registry> make_local_registry(local_provider_config cfg);
+
+/// Spawns a provider actor on `registry`: cheap and non-blocking, fine on
+/// a scheduler thread (a supervisor's restart). When the actor exits, for
+/// whatever reason, the live sandboxes it created are torn down in the
+/// background; a later stop of one of them (through a replacement on the
+/// same registry) answers success.
+provider_actor spawn_local_provider(caf::actor_system& sys,
+                                    std::shared_ptr<local_registry> registry);
+
+/// `make_local_registry` and `spawn_local_provider` on it, for a provider
+/// that is never replaced. Blocks like `make_local_registry`.
 provider_actor spawn_local_provider(caf::actor_system& sys,
                                     local_provider_config cfg);
+
+/// Stops every sandbox left (a last try for those whose stop failed) and
+/// joins the I/O threads; calls on the registry then fail as unavailable.
+/// Blocks for up to about 30 s: after its actors are gone, never on a
+/// scheduler thread. Idempotent.
+void shut_down_local_registry(local_registry& registry);
+
+/// The counters of `registry`.
+local_registry_stats local_registry_counters(const local_registry& registry);
 
 } // namespace sv

@@ -7,6 +7,7 @@
 #include <arpa/inet.h>
 #include <cerrno>
 #include <netinet/in.h>
+#include <set>
 #include <sys/socket.h>
 
 using namespace sv;
@@ -54,12 +55,24 @@ bool host_can_connect(uint16_t port) {
          0;
 }
 
+/// What `ls -A /root | tr '\n' ' '` prints in a sandbox: /root is hidden
+/// but for the entries below it that lead to the interpreter (a pyenv under
+/// /root, say), if the interpreter lives there on this machine.
+std::string visible_in_root() {
+  std::set<std::string> names;
+  for (auto& dir : detail::resolve_python_install("python3").roots)
+    if (dir.rfind("/root/", 0) == 0)
+      names.insert(dir.substr(6, dir.find('/', 6) - 6));
+  std::string out;
+  for (auto& name : names)
+    out += name + " ";
+  return out;
+}
+
 } // namespace
 
 TEST_CASE("a runner sees a read-only host, its own uid and hidden homes") {
   auto f = make_isolated();
-  if (!f)
-    return;
   auto h = f->create();
   auto uid = f->uid_of(h);
   CHECK(uid >= 100000);
@@ -70,8 +83,7 @@ TEST_CASE("a runner sees a read-only host, its own uid and hidden homes") {
   INFO(r.stdout_text << r.stderr_text);
   auto u = std::to_string(uid);
   auto expected = u + "\n" + u + "\n" + u + "\n/sandbox\n/sandbox\nsandbox\n" +
-                  // pyenv's interpreter under /root stays reachable
-                  ".pyenv \n0\n";
+                  visible_in_root() + "\n0\n";
   CHECK(r.stdout_text.rfind(expected, 0) == 0);
   CHECK(r.stdout_text.find("Read-only file system") != std::string::npos);
   CHECK(r.stdout_text.find("shadow: Permission denied") != std::string::npos);
@@ -86,8 +98,6 @@ TEST_CASE("a runner sees a read-only host, its own uid and hidden homes") {
 
 TEST_CASE("python runs as the sandbox uid with its interpreter reachable") {
   auto f = make_isolated();
-  if (!f)
-    return;
   auto h = f->create();
   REQUIRE(f->upload(h, "calls/c1",
                     {{"r.py", "import os, sys\n"
@@ -109,8 +119,6 @@ TEST_CASE("python runs as the sandbox uid with its interpreter reachable") {
 
 TEST_CASE("a write outside the sandbox fails, the host path stays absent") {
   auto f = make_isolated();
-  if (!f)
-    return;
   // A host directory outside /tmp (private in the sandbox), visible
   // read-only inside.
   std::string host_dir = "/var/tmp/sv-iso-" + std::to_string(::getpid());
@@ -134,8 +142,6 @@ TEST_CASE("a write outside the sandbox fails, the host path stays absent") {
 
 TEST_CASE("a connect to a listener on the host's 127.0.0.1 fails") {
   auto f = make_isolated();
-  if (!f)
-    return;
   host_listener listener;
   REQUIRE(host_can_connect(listener.port));
   REQUIRE(listener.has_pending());
@@ -163,8 +169,6 @@ TEST_CASE("a connect to a listener on the host's 127.0.0.1 fails") {
 
 TEST_CASE("sandbox processes cannot see or signal host processes") {
   auto f = make_isolated();
-  if (!f)
-    return;
   auto h = f->create();
   auto me = std::to_string(::getpid());
   auto r = f->sh(h, "kill -0 " + me +
@@ -190,8 +194,6 @@ TEST_CASE("sandbox processes cannot see or signal host processes") {
 TEST_CASE("a runner that kills its process group, all it can and the "
           "provider is killed alone") {
   auto f = make_isolated();
-  if (!f)
-    return;
   auto h = f->create();
   auto bystander = f->create();
   auto me = std::to_string(::getpid());
@@ -211,8 +213,6 @@ TEST_CASE("a runner that kills its process group, all it can and the "
 
 TEST_CASE("a symlink planted to leak a host file is never followed") {
   auto f = make_isolated();
-  if (!f)
-    return;
   auto h = f->create();
   auto r = f->sh(h, "mkdir calls && ln -s /etc/passwd calls/result.json && "
                     "ln -s /etc calls/etc && "
@@ -231,8 +231,6 @@ TEST_CASE("a symlink planted to leak a host file is never followed") {
 
 TEST_CASE("nothing a command started outlives it, even a setsid daemon") {
   auto f = make_isolated();
-  if (!f)
-    return;
   auto h = f->create();
   auto r = f->sh(h, "setsid sh -c 'sleep 1000' </dev/null >/dev/null 2>&1 & "
                     "(sleep 1000 &) ; echo started");
@@ -244,8 +242,6 @@ TEST_CASE("nothing a command started outlives it, even a setsid daemon") {
 
 TEST_CASE("an isolated exec over its deadline is a timeout, all of it") {
   auto f = make_isolated();
-  if (!f)
-    return;
   auto h = f->create();
   auto r = f->sh(h, "sleep 1000 & sleep 1000", 1);
   CHECK(r.error_type == exec_error_type::timeout);
@@ -256,8 +252,6 @@ TEST_CASE("an isolated exec over its deadline is a timeout, all of it") {
 
 TEST_CASE("a workdir the read-only host cannot hold is refused at create") {
   auto f = make_isolated();
-  if (!f)
-    return;
   sandbox_spec spec;
   spec.workdir = "/usr/sandbox";
   auto r = f->ask<sandbox_handle>(create_atom::value, spec);

@@ -57,7 +57,7 @@ TEST_CASE("local provider settings are strict") {
     "root, python, max_download_bytes, io_threads, isolation, "
     "hide_paths, max_processes, max_log_bytes, "
     "default_memory_mib, default_disk_mib, sandbox_nice, uid_base, "
-    "uid_count, cgroup_parent)");
+    "uid_count, cgroup_parent, stop_attempts, stop_retry_ms)");
   CHECK_THROWS_AS(parse_local_provider_config(json{{"io_threads", 0}}),
                   json_error);
   CHECK_THROWS_AS(parse_local_provider_config(json{{"python", ""}}),
@@ -144,4 +144,46 @@ TEST_CASE("spawn_provider starts the local provider of a block") {
   block.settings["bogus"] = 1;
   CHECK_THROWS_WITH(spawn_provider(sys, block),
                     Catch::StartsWith("local.bogus: unknown key"));
+}
+
+TEST_CASE("actors spawned from one prepared backend share its sandboxes") {
+  temp_dir root;
+  test_config cfg;
+  caf::actor_system sys{cfg};
+  caf::scoped_actor self{sys};
+  auto backend = prepare_provider(
+    parse_provider_block(json{{"local", {{"root", root.path}}}}));
+  auto first = backend->spawn(sys);
+  sandbox_handle h;
+  sandbox_spec spec;
+  self->request(first, deadline, create_atom::value, spec)
+    .receive([&](sandbox_handle& x) { h = x; },
+             [&](caf::error& e) { FAIL(describe(e)); });
+  REQUIRE(!h.sandbox_id.empty());
+  // A crash, then a replacement from the same backend: it knows the sandbox.
+  self->monitor(first);
+  caf::anon_send_exit(first, caf::exit_reason::kill);
+  self->receive([](caf::down_msg&) {}, caf::after(deadline) >> [] {});
+  auto second = backend->spawn(sys);
+  bool stopped = false;
+  self->request(second, deadline, stop_atom::value, h)
+    .receive([&](ok_atom) { stopped = true; },
+             [&](caf::error& e) { FAIL(describe(e)); });
+  CHECK(stopped);
+  // Stray messages are logged and dropped; the actor goes on.
+  caf::anon_send(caf::actor_cast<caf::actor>(second), stats_atom::value);
+  bool answered = false;
+  self->request(second, deadline, status_atom::value, h)
+    .receive([](sandbox_status) {},
+             [&](caf::error& e) {
+               answered =
+                 provider_error_code(e) == code(provider_errc::no_such_sandbox);
+             });
+  CHECK(answered);
+  self->monitor(second);
+  caf::anon_send_exit(second, caf::exit_reason::user_shutdown);
+  self->receive([](caf::down_msg&) {}, caf::after(deadline) >> [] {});
+  backend->shut_down();
+  CHECK(processes_with_env_prefix(own_marker_prefix()).empty());
+  CHECK(!std::filesystem::exists(root.path + "/" + h.sandbox_id));
 }

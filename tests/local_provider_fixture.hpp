@@ -8,6 +8,7 @@
 #include "messages/provider.hpp"
 #include "messages/registry.hpp"
 #include "providers/local.hpp"
+#include "providers/local/registry.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
@@ -24,6 +25,7 @@
 #include <iterator>
 #include <optional>
 #include <string>
+#include <thread>
 #include <unistd.h>
 #include <vector>
 
@@ -93,6 +95,20 @@ inline std::string own_marker_prefix() {
   return "SV_SANDBOX_ID=sb-" + std::to_string(::getpid()) + "-";
 }
 
+/// Waits until `pred` holds, checking every 5 ms for at most the test
+/// deadline; false if it never did. For effects of real processes and
+/// timers that no message announces.
+template <class Pred>
+bool eventually(Pred pred) {
+  auto until = std::chrono::steady_clock::now() + deadline;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > until)
+      return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds{5});
+  }
+  return true;
+}
+
 struct test_config : caf::actor_system_config {
   test_config() { register_protocol(*this); }
 };
@@ -113,6 +129,7 @@ struct fixture {
   caf::actor_system sys{cfg};
   caf::scoped_actor self{sys};
   local_provider_config provider_cfg;
+  std::shared_ptr<local_registry> registry;
   provider_actor provider;
   bool provider_down = false;
 
@@ -120,7 +137,8 @@ struct fixture {
     provider_cfg.root = root.path;
     if (tweak)
       tweak(provider_cfg);
-    provider = spawn_local_provider(sys, provider_cfg);
+    registry = make_local_registry(provider_cfg);
+    provider = spawn_local_provider(sys, registry);
   }
 
   ~fixture() {
@@ -128,13 +146,20 @@ struct fixture {
     CHECK(processes_with_env_prefix(own_marker_prefix()).empty());
   }
 
-  /// Stops the provider and waits until it is gone.
+  /// Stops the provider, waits until it is gone, then shuts the registry
+  /// down (every sandbox stopped, the I/O threads joined).
   void shutdown_provider() {
     if (provider_down)
       return;
     provider_down = true;
-    self->monitor(provider);
-    caf::anon_send_exit(provider, caf::exit_reason::user_shutdown);
+    exit_and_wait(provider, caf::exit_reason::user_shutdown);
+    shut_down_local_registry(*registry);
+  }
+
+  /// Sends `hdl` an exit and waits for its down message.
+  void exit_and_wait(const provider_actor& hdl, caf::exit_reason reason) {
+    self->monitor(hdl);
+    caf::anon_send_exit(hdl, reason);
     bool down = false;
     self->receive([&](caf::down_msg&) { down = true; },
                   caf::after(deadline) >> [] {});
@@ -143,8 +168,14 @@ struct fixture {
 
   template <class T, class... Ts>
   reply<T> ask(Ts&&... xs) {
+    return ask_of<T>(provider, std::forward<Ts>(xs)...);
+  }
+
+  /// Asks provider `hdl`, this fixture's or another on its registry.
+  template <class T, class... Ts>
+  reply<T> ask_of(const provider_actor& hdl, Ts&&... xs) {
     reply<T> out;
-    self->request(provider, deadline, std::forward<Ts>(xs)...)
+    self->request(hdl, deadline, std::forward<Ts>(xs)...)
       .receive([&](T& x) { out.value = std::move(x); },
                [&](caf::error& e) { out.error = std::move(e); });
     return out;

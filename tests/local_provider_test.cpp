@@ -1,8 +1,10 @@
 // Integration tests of the local provider with real processes and files.
 
+#include "actors/supervisor.hpp"
 #include "local_provider_fixture.hpp"
-#include "providers/detail/process.hpp"
+#include "providers/local/host/process.hpp"
 
+#include <atomic>
 #include <caf/send.hpp>
 #include <sys/stat.h>
 
@@ -338,4 +340,224 @@ TEST_CASE_METHOD(unisolated_fixture,
   CHECK(!exists(dir_of(a)));
   CHECK(!exists(dir_of(b)));
   CHECK(processes_with_env_prefix(own_marker_prefix()).empty());
+}
+
+// -- one registry, several provider actors ------------------------------------
+
+TEST_CASE_METHOD(unisolated_fixture,
+                 "a replacement provider stops its predecessor's sandbox, "
+                 "exactly once") {
+  auto h = create();
+  auto old = provider;
+  auto pending = self->request(old, deadline, exec_atom::value, h,
+                               exec_request{{"sleep", "1000"}, "", {}, 60, ""});
+  // The exec runs once an upload behind it on the same sandbox is answered.
+  REQUIRE(upload(h, "", {{"x", "1"}}).value);
+  // A crash: no exit handler runs, the state is destroyed all the same.
+  exit_and_wait(old, caf::exit_reason::kill);
+  caf::error err;
+  pending.receive([](exec_result&) {}, [&](caf::error& e) { err = e; });
+  CHECK(provider_error_code(err) == code(provider_errc::unavailable));
+  provider = spawn_local_provider(sys, registry);
+  auto r = stop(h);
+  INFO(r.message());
+  CHECK(r.value);
+  CHECK(!exists(dir_of(h)));
+  CHECK(processes_with_env_prefix("SV_SANDBOX_ID=" + h.sandbox_id).empty());
+  CHECK(stop(h).code() == code(provider_errc::no_such_sandbox));
+  auto st = local_registry_counters(*registry);
+  CHECK(st.created == 1);
+  CHECK(st.stopped == 1);
+  CHECK(st.failed_stops == 0);
+  CHECK(st.known == 0);
+}
+
+TEST_CASE_METHOD(fixture, "a sandbox its provider's exit removed is stopped "
+                          "for the replacement") {
+  auto h = create();
+  auto kept = create();
+  exit_and_wait(provider, caf::exit_reason::user_shutdown);
+  REQUIRE(eventually(
+    [&] { return local_registry_counters(*registry).stopped == 2; }));
+  CHECK(!exists(dir_of(h)));
+  provider = spawn_local_provider(sys, registry);
+  CHECK(stop(h).value);
+  CHECK(ask<sandbox_status>(status_atom::value, kept).code() ==
+        code(provider_errc::no_such_sandbox));
+  CHECK(stop(kept).value);
+  CHECK(stop(h).code() == code(provider_errc::no_such_sandbox));
+  // The replacement's own sandboxes work as ever.
+  auto fresh = create();
+  CHECK(sh(fresh, "echo ok").stdout_text == "ok\n");
+  CHECK(stop(fresh).value);
+  auto st = local_registry_counters(*registry);
+  CHECK(st.created == 3);
+  CHECK(st.stopped == 3);
+  CHECK(st.known == 0);
+}
+
+TEST_CASE("two providers on one registry serve each other's sandboxes") {
+  fixture f;
+  auto second = spawn_local_provider(f.sys, f.registry);
+  auto h = f.create();
+  auto r = f.ask_of<ok_atom>(second, upload_atom::value, h, std::string{},
+                             file_map{{"a.txt", "A"}});
+  CHECK(r.value);
+  CHECK(f.download(h, "a.txt").value == "A");
+  CHECK(f.ask_of<ok_atom>(second, stop_atom::value, h).value);
+  CHECK(f.stop(h).code() == code(provider_errc::no_such_sandbox));
+  f.exit_and_wait(second, caf::exit_reason::user_shutdown);
+}
+
+// -- failed stops -------------------------------------------------------------
+
+namespace {
+
+/// A stop that fails while `failing` holds, as a busy mount or an
+/// unremovable directory would.
+struct faulty_stops {
+  std::atomic<bool> failing{true};
+
+  std::function<void(local_provider_config&)> tweak(uint64_t attempts) {
+    return [this, attempts](local_provider_config& c) {
+      c.isolation = "none";
+      c.stop_attempts = attempts;
+      c.stop_retry_delay = std::chrono::milliseconds{10};
+      c.stop_fault = [this](const std::string& id) -> caf::error {
+        if (!failing)
+          return caf::none;
+        return make_error(provider_errc::io_error, "cannot remove " + id);
+      };
+    };
+  }
+};
+
+} // namespace
+
+TEST_CASE("a failed stop keeps the sandbox known and is retried until it "
+          "is gone") {
+  faulty_stops faults; // outlives the registry that calls it
+  fixture f{faults.tweak(20)};
+  auto h = f.create();
+  REQUIRE(f.upload(h, "", {{"x", "1"}}).value);
+  auto r = f.stop(h);
+  CHECK(r.code() == code(provider_errc::io_error));
+  CHECK(r.message().find("cannot remove " + h.sandbox_id) != std::string::npos);
+  // Still there, still known, serving no calls.
+  CHECK(exists(f.dir_of(h)));
+  auto st = local_registry_counters(*f.registry);
+  CHECK(st.known == 1);
+  CHECK(st.stopped == 0);
+  CHECK(f.download(h, "x").code() == code(provider_errc::no_such_sandbox));
+  // The registry tries again by itself.
+  REQUIRE(eventually(
+    [&] { return local_registry_counters(*f.registry).failed_stops >= 3; }));
+  CHECK(exists(f.dir_of(h)));
+  faults.failing = false;
+  REQUIRE(eventually(
+    [&] { return local_registry_counters(*f.registry).stopped == 1; }));
+  CHECK(!exists(f.dir_of(h)));
+  st = local_registry_counters(*f.registry);
+  CHECK(st.known == 0);
+  CHECK(st.stop_failed == 0);
+  CHECK(f.stop(h).code() == code(provider_errc::no_such_sandbox));
+}
+
+TEST_CASE("after its last retry a failed sandbox stays known and a stop "
+          "call tries again") {
+  faulty_stops faults;
+  fixture f{faults.tweak(2)};
+  auto h = f.create();
+  CHECK(f.stop(h).code() == code(provider_errc::io_error));
+  REQUIRE(eventually(
+    [&] { return local_registry_counters(*f.registry).failed_stops == 2; }));
+  auto st = local_registry_counters(*f.registry);
+  CHECK(st.known == 1);
+  CHECK(st.stop_failed == 1);
+  CHECK(exists(f.dir_of(h)));
+  faults.failing = false;
+  CHECK(f.stop(h).value);
+  CHECK(!exists(f.dir_of(h)));
+  st = local_registry_counters(*f.registry);
+  CHECK(st.failed_stops == 2);
+  CHECK(st.stopped == 1);
+  CHECK(st.known == 0);
+}
+
+// Hidden until issue 8, 4(a) is fixed in the verification actor: the dying
+// provider's reply to the exec in flight ("shutting down") reaches the
+// verification before the supervisor's provider_down, so it fails as
+// provider_unavailable/error and stops through the dead provider (a stop
+// failure; the registry tears the sandbox down anyway). Run it with
+// `local_provider_test "[restart]"`.
+TEST_CASE_METHOD(unisolated_fixture,
+                 "after a provider crash the supervisor stops the sandbox "
+                 "through the replacement, counters true",
+                 "[.][restart]") {
+  provider_actor replacement;
+  supervisor_config sc;
+  sc.max_in_flight = 2;
+  sc.restart_provider = [&](caf::actor_system& s) {
+    // Cheap, on the supervisor's thread: the registry is made already.
+    replacement = spawn_local_provider(s, registry);
+    return replacement;
+  };
+  auto sup = spawn_supervisor(sys, provider, sc);
+  verification_request req;
+  req.id = "crash-1";
+  req.files["sandbox_runner.py"] = "import time\ntime.sleep(1000)\n";
+  req.exec_timeout_s = 60;
+  auto pending = self->request(sup, deadline, verify_atom::value, req);
+  // The runner runs: the exec is in flight on the provider.
+  REQUIRE(eventually(
+    [&] { return !processes_with_env_prefix(own_marker_prefix()).empty(); }));
+  exit_and_wait(provider, caf::exit_reason::kill);
+  verification_outcome out;
+  pending.receive([&](verification_outcome& x) { out = std::move(x); },
+                  [&](caf::error& e) { FAIL(describe(e)); });
+  CHECK(!out.ok);
+  INFO(out.failure.message);
+  CHECK(out.failure.kind == failure_kind::provider_unavailable);
+  CHECK(out.failure.cause == failure_cause::node_down);
+  auto stats = [&] {
+    supervisor_stats s;
+    self->request(sup, deadline, stats_atom::value)
+      .receive([&](supervisor_stats& x) { s = x; },
+               [&](caf::error& e) { FAIL(describe(e)); });
+    return s;
+  };
+  REQUIRE(eventually([&] {
+    auto s = stats();
+    return s.sandboxes_stopped + s.stop_failures > 0;
+  }));
+  auto s = stats();
+  CHECK(s.provider_restarts == 1);
+  CHECK(s.sandboxes_created == 1);
+  CHECK(s.sandboxes_stopped == 1);
+  CHECK(s.stop_failures == 0);
+  auto st = local_registry_counters(*registry);
+  CHECK(st.created == 1);
+  CHECK(st.stopped == 1);
+  CHECK(st.known == 0);
+  CHECK(processes_with_env_prefix(own_marker_prefix()).empty());
+  caf::anon_send_exit(sup, caf::exit_reason::user_shutdown);
+  REQUIRE(replacement);
+  exit_and_wait(replacement, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE_METHOD(fixture, "after the registry's shutdown every call is "
+                          "unavailable at once") {
+  auto h = create();
+  shut_down_local_registry(*registry);
+  CHECK(!exists(dir_of(h)));
+  auto unavailable = code(provider_errc::unavailable);
+  sandbox_spec spec;
+  CHECK(ask<sandbox_handle>(create_atom::value, spec).code() == unavailable);
+  CHECK(exec(h, exec_request{{"true"}, "", {}, 30, ""}).code() == unavailable);
+  CHECK(download(h, "x").code() == unavailable);
+  CHECK(stop(h).code() == unavailable);
+  auto st = local_registry_counters(*registry);
+  CHECK(st.created == 1);
+  CHECK(st.stopped == 1);
+  CHECK(st.known == 0);
 }

@@ -2,7 +2,7 @@
 // what bwrap adds to the start of a command.
 
 #include "isolation_fixture.hpp"
-#include "providers/detail/pidfd.hpp"
+#include "providers/local/host/pidfd.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -56,10 +56,6 @@ struct leftover_process {
 } // namespace
 
 TEST_CASE("start-up reaps what a dead provider left, and only that") {
-  if (auto why = isolation_unavailable(); !why.empty()) {
-    WARN("SKIPPED: bwrap isolation unavailable: " << why);
-    return;
-  }
   temp_dir shared_root;
   auto use_root = [&](local_provider_config& c) { c.root = shared_root.path; };
   // A live provider with a sandbox in the shared root.
@@ -94,10 +90,6 @@ TEST_CASE("start-up reaps what a dead provider left, and only that") {
 }
 
 TEST_CASE("what bwrap adds to the start of a command", "[.][bench]") {
-  if (auto why = isolation_unavailable(); !why.empty()) {
-    WARN("SKIPPED: bwrap isolation unavailable: " << why);
-    return;
-  }
   constexpr int runs = 50;
   auto measure = [](const char* mode, std::vector<std::string> argv) {
     fixture f{[mode](local_provider_config& c) { c.isolation = mode; }};

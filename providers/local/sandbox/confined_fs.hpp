@@ -6,7 +6,7 @@
 // outside the sandbox. All functions block: call them on an I/O thread.
 
 #include "messages/errors.hpp"
-#include "providers/detail/unique_fd.hpp"
+#include "providers/local/host/unique_fd.hpp"
 
 #include <cstdint>
 #include <stdexcept>

@@ -6,7 +6,7 @@
 // calls block briefly: use them on an I/O thread or before the actor
 // system runs.
 
-#include "providers/detail/unique_fd.hpp"
+#include "providers/local/host/unique_fd.hpp"
 
 #include <chrono>
 #include <cstdint>

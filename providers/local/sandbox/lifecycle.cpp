@@ -1,10 +1,11 @@
-#include "providers/detail/sandbox_lifecycle.hpp"
+#include "providers/local/sandbox/lifecycle.hpp"
 
 #include "messages/errors.hpp"
-#include "providers/detail/confined_fs.hpp"
-#include "providers/detail/isolation.hpp"
-#include "providers/detail/local_exec.hpp"
-#include "providers/detail/process.hpp"
+#include "providers/local/host/mounts.hpp"
+#include "providers/local/host/process.hpp"
+#include "providers/local/isolation.hpp"
+#include "providers/local/sandbox/confined_fs.hpp"
+#include "providers/local/sandbox/exec.hpp"
 
 #include <cerrno>
 #include <cmath>
@@ -73,8 +74,6 @@ make_local_sandbox(const isolation_settings& iso, int root_fd,
 }
 
 caf::error teardown_local_sandbox(local_sandbox& sb) {
-  sb.stopped = true;
-  sb.ttl.cancel();
   // The groups first: cheap. Then the cgroups, which hold every process
   // however it was started, with forks refused. Only a sandbox without
   // cgroups needs the sweep of every host process for its marker (it reads
@@ -95,13 +94,14 @@ caf::error teardown_local_sandbox(local_sandbox& sb) {
   auto removed = remove_sandbox_dir(sb.path);
   if (!removed.empty())
     failed += (failed.empty() ? "" : "; ") + removed;
-  conf.uid = uid_lease{};
   if (survivors > 0)
     return make_error(provider_errc::sandbox_error,
                       std::to_string(survivors) + " processes of sandbox " +
                         sb.id + " survived SIGKILL");
   if (!failed.empty())
     return make_error(provider_errc::io_error, failed);
+  // Only now may another sandbox get the uid: nothing of this one is left.
+  conf.uid = uid_lease{};
   return caf::none;
 }
 

@@ -1,9 +1,9 @@
-#include "providers/detail/launch_plan.hpp"
+#include "providers/local/sandbox/launch_plan.hpp"
 
-#include "providers/detail/confined_fs.hpp"
-#include "providers/detail/isolation.hpp"
-#include "providers/detail/local_sandbox.hpp"
-#include "providers/detail/process.hpp"
+#include "providers/local/host/process.hpp"
+#include "providers/local/isolation.hpp"
+#include "providers/local/sandbox/confined_fs.hpp"
+#include "providers/local/sandbox/sandbox.hpp"
 
 #include <cerrno>
 #include <cstring>

@@ -5,8 +5,8 @@
 // enforce (uids, tmpfs disks and cgroups need root), and the bwrap command
 // line of an exec. The README's "Isolation and limits" explains the model.
 
-#include "providers/detail/cgroups.hpp"
-#include "providers/detail/confinement.hpp"
+#include "providers/local/host/cgroups.hpp"
+#include "providers/local/host/uid_pool.hpp"
 
 #include <cstdint>
 #include <memory>

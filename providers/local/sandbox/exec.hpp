@@ -7,7 +7,7 @@
 // runs on the sandbox's strand.
 
 #include "messages/protocol.hpp"
-#include "providers/detail/launch_plan.hpp"
+#include "providers/local/sandbox/launch_plan.hpp"
 
 #include <cstdint>
 #include <functional>

@@ -1,7 +1,7 @@
-#include "providers/detail/process.hpp"
+#include "providers/local/host/process.hpp"
 
-#include "providers/detail/pidfd.hpp"
-#include "providers/detail/unique_fd.hpp"
+#include "providers/local/host/pidfd.hpp"
+#include "providers/local/host/unique_fd.hpp"
 
 #include <cerrno>
 #include <csignal>

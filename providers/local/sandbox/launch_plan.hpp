@@ -5,7 +5,7 @@
 // wrapped. Runs on the sandbox's strand.
 
 #include "messages/protocol.hpp"
-#include "providers/detail/unique_fd.hpp"
+#include "providers/local/host/unique_fd.hpp"
 
 #include <cstdint>
 #include <memory>

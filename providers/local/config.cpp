@@ -106,7 +106,8 @@ local_provider_config parse_local_provider_config(const json& settings) {
                {"root", "python", "max_download_bytes", "io_threads",
                 "isolation", "hide_paths", "max_processes", "max_log_bytes",
                 "default_memory_mib", "default_disk_mib", "sandbox_nice",
-                "uid_base", "uid_count", "cgroup_parent"});
+                "uid_base", "uid_count", "cgroup_parent", "stop_attempts",
+                "stop_retry_ms"});
   read_field(settings, "root",
              [&](const json& v) { cfg.root = read_string(v, "root", true); });
   read_field(settings, "python", [&](const json& v) {
@@ -118,6 +119,13 @@ local_provider_config parse_local_provider_config(const json& settings) {
   });
   read_field(settings, "io_threads", [&](const json& v) {
     cfg.io_threads = read_count(v, "io_threads", 1, 64);
+  });
+  read_field(settings, "stop_attempts", [&](const json& v) {
+    cfg.stop_attempts = read_count(v, "stop_attempts", 1, 100);
+  });
+  read_field(settings, "stop_retry_ms", [&](const json& v) {
+    cfg.stop_retry_delay =
+      std::chrono::milliseconds{read_count(v, "stop_retry_ms", 1, 3600 * 1000)};
   });
   read_limits(settings, cfg);
   read_isolation(settings, cfg);

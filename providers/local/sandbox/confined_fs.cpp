@@ -1,4 +1,4 @@
-#include "providers/detail/confined_fs.hpp"
+#include "providers/local/sandbox/confined_fs.hpp"
 
 #include "messages/validation.hpp"
 

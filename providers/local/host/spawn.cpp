@@ -1,6 +1,6 @@
-#include "providers/detail/spawn.hpp"
+#include "providers/local/host/spawn.hpp"
 
-#include "providers/detail/unique_fd.hpp"
+#include "providers/local/host/unique_fd.hpp"
 
 #include <cerrno>
 #include <csignal>

@@ -5,7 +5,7 @@
 // thread.
 
 #include "messages/protocol.hpp"
-#include "providers/detail/local_sandbox.hpp"
+#include "providers/local/sandbox/sandbox.hpp"
 
 #include <caf/error.hpp>
 #include <memory>
@@ -23,7 +23,8 @@ make_local_sandbox(const isolation_settings& iso, int root_fd,
                    const sandbox_spec& spec, io_strand strand);
 
 /// Kills every process of `sb`, removes its directory, mounts and cgroups
-/// and gives its uid back. Returns what failed.
+/// and gives its uid back. Returns what failed; then what is left stays
+/// (the uid too), and calling it again tries the rest.
 caf::error teardown_local_sandbox(local_sandbox& sb);
 
 } // namespace sv::detail

@@ -1,6 +1,6 @@
-#include "providers/detail/exec_outcome.hpp"
+#include "providers/local/sandbox/exec_outcome.hpp"
 
-#include "providers/detail/process.hpp"
+#include "providers/local/host/process.hpp"
 
 #include <csignal>
 #include <cstdlib>

@@ -1,11 +1,11 @@
-#include "providers/detail/local_exec.hpp"
+#include "providers/local/sandbox/exec.hpp"
 
-#include "providers/detail/confined_fs.hpp"
-#include "providers/detail/exec_outcome.hpp"
-#include "providers/detail/local_sandbox.hpp"
-#include "providers/detail/output_sink.hpp"
-#include "providers/detail/pidfd.hpp"
-#include "providers/detail/process.hpp"
+#include "providers/local/host/pidfd.hpp"
+#include "providers/local/host/process.hpp"
+#include "providers/local/sandbox/confined_fs.hpp"
+#include "providers/local/sandbox/exec_outcome.hpp"
+#include "providers/local/sandbox/output_sink.hpp"
+#include "providers/local/sandbox/sandbox.hpp"
 
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>

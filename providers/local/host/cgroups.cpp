@@ -1,6 +1,6 @@
-#include "providers/detail/cgroups.hpp"
+#include "providers/local/host/cgroups.hpp"
 
-#include "providers/detail/process.hpp"
+#include "providers/local/host/process.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -216,11 +216,15 @@ size_t sandbox_cgroups::kill_all(bool reopen, int rounds) {
 std::string sandbox_cgroups::remove() {
   procs_.clear();
   std::string failed;
+  std::vector<std::string> left;
   for (auto& dir : dirs_)
-    if (::rmdir(dir.c_str()) != 0 && errno != ENOENT)
+    if (::rmdir(dir.c_str()) != 0 && errno != ENOENT) {
       failed += (failed.empty() ? "cannot remove cgroup " : ", ") + dir + ": " +
                 std::strerror(errno);
-  dirs_.clear();
+      left.push_back(dir);
+    }
+  // What could not be removed stays, for the next try.
+  dirs_.swap(left);
   return failed;
 }
 

@@ -5,7 +5,7 @@
 // python interpreter (spawning itself is in spawn.hpp). Calls may block
 // briefly: use them on an I/O thread, or before the actor system runs.
 
-#include "providers/detail/spawn.hpp"
+#include "providers/local/host/spawn.hpp"
 
 #include <chrono>
 #include <cstdint>

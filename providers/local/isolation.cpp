@@ -1,7 +1,7 @@
-#include "providers/detail/isolation.hpp"
+#include "providers/local/isolation.hpp"
 
-#include "providers/detail/process.hpp"
 #include "providers/local.hpp"
+#include "providers/local/host/process.hpp"
 
 #include <algorithm>
 #include <cstdlib>

@@ -1,8 +1,8 @@
-#include "providers/detail/reaper.hpp"
+#include "providers/local/reaper.hpp"
 
-#include "providers/detail/cgroups.hpp"
-#include "providers/detail/confinement.hpp"
-#include "providers/detail/process.hpp"
+#include "providers/local/host/cgroups.hpp"
+#include "providers/local/host/mounts.hpp"
+#include "providers/local/host/process.hpp"
 
 #include <cstdio>
 #include <dirent.h>

@@ -1,4 +1,4 @@
-#include "providers/detail/output_sink.hpp"
+#include "providers/local/sandbox/output_sink.hpp"
 
 #include "messages/protocol.hpp"
 

@@ -1,0 +1,29 @@
+#pragma once
+
+// Mounts of the local provider: a sandbox directory as a size-limited
+// tmpfs, and unmounting and removing what is below a path (read from
+// /proc/self/mountinfo). All calls block briefly: use them on an I/O thread
+// or before the actor system runs.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace sv::detail {
+
+/// Mounts a tmpfs of `bytes` on `path`, owned by `uid`/`gid` (-1: root),
+/// mode 0700, nosuid and nodev. Throws std::runtime_error on failure.
+void mount_sandbox_tmpfs(const std::string& path, uint64_t bytes, int64_t uid);
+
+/// Unmounts every mount at or below `path`, deepest first (detaching what
+/// is busy). Returns what failed, or "".
+std::string unmount_tree(const std::string& path);
+
+/// Mount points at or below `path`, from /proc/self/mountinfo.
+std::vector<std::string> mounts_below(const std::string& path);
+
+/// Removes the directory of a sandbox: its mounts, then the tree. Returns
+/// what failed, or "".
+std::string remove_sandbox_dir(const std::string& path);
+
+} // namespace sv::detail

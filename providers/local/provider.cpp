@@ -1,0 +1,378 @@
+// The local provider actor: a thin layer over the registry. It checks each
+// call, hands it to the registry with a typed completion that comes back as
+// a message to this actor, and delivers the requester's promise here, on
+// its own thread (CAF 0.17: never from a foreign thread). It owns those
+// promises, so it fails them when it exits (there is no broken_promise).
+
+// clang-format off
+// First: caf/result.hpp (included by the headers below) needs it declared.
+#include <caf/make_message.hpp>
+// clang-format on
+
+#include "actors/quiet.hpp"
+#include "messages/errors.hpp"
+#include "messages/json.hpp"
+#include "messages/validation.hpp"
+#include "providers/local.hpp"
+#include "providers/local/host/process.hpp"
+#include "providers/local/isolation.hpp"
+#include "providers/local/reaper.hpp"
+#include "providers/local/registry.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <caf/actor.hpp>
+#include <caf/actor_cast.hpp>
+#include <caf/actor_system.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/response_promise.hpp>
+#include <caf/send.hpp>
+#include <caf/stateful_actor.hpp>
+#include <cstdlib>
+#include <filesystem>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <thread>
+#include <unistd.h>
+#include <unordered_map>
+
+namespace sv {
+
+namespace {
+
+/// Tags the completion of a call the registry ran: `(io_done_atom, call,
+/// T)` with the typed result, or `(io_done_atom, call, caf::error)`.
+using io_done_atom = caf::atom_constant<caf::atom("io_done")>;
+
+// -- checks before any I/O ----------------------------------------------------
+
+caf::error check_path(std::string_view what, const std::string& path) {
+  if (is_confined_path(path))
+    return caf::none;
+  return make_error(provider_errc::invalid_path,
+                    std::string{what} + " \"" + path +
+                      "\" escapes the sandbox (absolute, empty, '.' or "
+                      "'..' component)");
+}
+
+caf::error check_env(const env_map& env) {
+  for (auto& [k, v] : env)
+    if (k.empty() ||
+        k.find_first_of(std::string{"=\0", 2}) != std::string::npos ||
+        v.find('\0') != std::string::npos)
+      return make_error(provider_errc::invalid_argument,
+                        "env: invalid variable \"" + k + "\"");
+  return caf::none;
+}
+
+caf::error check_exec(const exec_request& x) {
+  if (x.argv.empty() || x.argv.front().empty())
+    return make_error(provider_errc::invalid_argument,
+                      "argv: must name a program");
+  if (!(x.timeout_s > 0) || x.timeout_s > max_timeout_s)
+    return make_error(provider_errc::invalid_argument,
+                      "timeout_s: must be a number of seconds in (0, "
+                      "604800]");
+  if (!x.cwd.empty())
+    if (auto err = check_path("cwd", x.cwd))
+      return err;
+  if (!x.log_path.empty())
+    if (auto err = check_path("log_path", x.log_path))
+      return err;
+  return check_env(x.env);
+}
+
+caf::error check_spec(const sandbox_spec& spec) {
+  auto invalid = [](const char* what) {
+    return make_error(provider_errc::invalid_argument, what);
+  };
+  if (!(spec.ttl_s >= 0) || spec.ttl_s > max_timeout_s)
+    return invalid("ttl_s: must be 0 (none) or seconds up to 604800");
+  auto& res = spec.resources;
+  if (!(res.cpu >= 0) || res.cpu > 1024)
+    return invalid("resources.cpu: must be 0 (unset) or cpus up to 1024");
+  if (res.memory_mib < 0 || res.memory_mib > (int64_t{1} << 24))
+    return invalid("resources.memory_mib: must be 0 (unset) or MiB up to "
+                   "16777216");
+  if (!(res.disk_gib >= 0) || res.disk_gib > 16384)
+    return invalid("resources.disk_gib: must be 0 (unset) or GiB up to 16384");
+  return check_env(spec.env);
+}
+
+caf::error check_upload(const std::string& dir, const file_map& files) {
+  if (!dir.empty())
+    if (auto err = check_path("dir", dir))
+      return err;
+  for (auto& entry : files)
+    if (auto err = check_path("path", entry.first))
+      return err;
+  return caf::none;
+}
+
+// -- the actor ----------------------------------------------------------------
+
+struct local_state {
+  static inline const char* name = "sv.local_provider";
+
+  std::shared_ptr<local_registry> registry;
+  /// This actor's token in the registry.
+  uint64_t owner = 0;
+  /// Requesters waiting for the registry, by call.
+  std::unordered_map<uint64_t, caf::response_promise> pending;
+  uint64_t next_call = 1;
+
+  local_state() = default;
+  local_state(const local_state&) = delete;
+  local_state& operator=(const local_state&) = delete;
+
+  /// CAF destroys the state when the actor exits, whatever the reason (a
+  /// kill and an exception too), on the actor's own thread.
+  ~local_state() {
+    for (auto& entry : pending)
+      entry.second.deliver(make_error(provider_errc::unavailable,
+                                      "the local provider is shutting down"));
+    if (registry)
+      registry->leave(owner); // never blocks; the teardown runs on I/O threads
+    // Dropping the reference never blocks either (make_local_registry).
+  }
+};
+
+using local_actor = caf::stateful_actor<local_state>;
+
+/// Registers a call; its completion, on an I/O thread, comes back to this
+/// actor as a typed message (held weakly: I/O never keeps a dead provider
+/// alive, and a completion for a dead one is dropped).
+template <class T>
+std::pair<caf::response_promise, local_completion<T>>
+start_call(local_actor* self) {
+  auto call = self->state.next_call++;
+  auto rp = self->make_response_promise();
+  self->state.pending.emplace(call, rp);
+  local_completion<T> done = [addr{self->address()}, call](caf::expected<T> x) {
+    auto hdl = caf::actor_cast<caf::actor>(addr);
+    if (!hdl)
+      return;
+    if (x)
+      caf::anon_send(hdl, io_done_atom::value, call, std::move(*x));
+    else
+      caf::anon_send(hdl, io_done_atom::value, call, std::move(x.error()));
+  };
+  return {std::move(rp), std::move(done)};
+}
+
+template <class T>
+void finish_call(local_actor* self, uint64_t call, T&& x) {
+  auto i = self->state.pending.find(call);
+  if (i == self->state.pending.end())
+    return;
+  auto rp = std::move(i->second);
+  self->state.pending.erase(i);
+  rp.deliver(std::forward<T>(x));
+}
+
+caf::error check_live(local_actor* self, const sandbox_handle& h) {
+  if (self->state.registry->is_live(h.sandbox_id))
+    return caf::none;
+  return make_error(provider_errc::no_such_sandbox,
+                    "no sandbox " + h.sandbox_id +
+                      " (never created, or stopped)");
+}
+
+/// Answers at once when `err` is set; otherwise hands the call to `run`
+/// with its completion.
+template <class T, class F>
+caf::result<T> call(local_actor* self, caf::error err, F run) {
+  if (err)
+    return err;
+  auto [rp, done] = start_call<T>(self);
+  run(std::move(done));
+  return caf::result<T>{caf::delegated<T>{}};
+}
+
+caf::behavior local_provider(local_actor* self,
+                             std::shared_ptr<local_registry> registry) {
+  self->set_default_handler(log_and_drop_unexpected);
+  auto& st = self->state;
+  st.owner = registry->join();
+  st.registry = std::move(registry);
+  return {
+    [self](create_atom, const sandbox_spec& spec) {
+      return call<sandbox_handle>(self, check_spec(spec), [&](auto done) {
+        self->state.registry->create(self->state.owner, spec, std::move(done));
+      });
+    },
+    [self](status_atom,
+           const sandbox_handle& h) -> caf::result<sandbox_status> {
+      if (auto err = check_live(self, h))
+        return err;
+      return sandbox_status::running;
+    },
+    [self](upload_atom, const sandbox_handle& h, std::string& dir,
+           file_map& files) {
+      auto err = check_upload(dir, files);
+      return call<ok_atom>(self, std::move(err), [&](auto done) {
+        self->state.registry->upload(h.sandbox_id, std::move(dir),
+                                     std::move(files), std::move(done));
+      });
+    },
+    [self](exec_atom, const sandbox_handle& h, exec_request& x) {
+      return call<exec_result>(self, check_exec(x), [&](auto done) {
+        self->state.registry->exec(h.sandbox_id, std::move(x), std::move(done));
+      });
+    },
+    [self](download_atom, const sandbox_handle& h, std::string& path) {
+      auto err = check_path("path", path);
+      return call<std::string>(self, std::move(err), [&](auto done) {
+        self->state.registry->download(h.sandbox_id, std::move(path),
+                                       std::move(done));
+      });
+    },
+    [self](stop_atom, const sandbox_handle& h) {
+      return call<ok_atom>(self, caf::none, [&](auto done) {
+        self->state.registry->stop(h.sandbox_id, std::move(done));
+      });
+    },
+    [self](io_done_atom, uint64_t call, sandbox_handle& h) {
+      finish_call(self, call, std::move(h));
+    },
+    [self](io_done_atom, uint64_t call, exec_result& r) {
+      finish_call(self, call, std::move(r));
+    },
+    [self](io_done_atom, uint64_t call, std::string& text) {
+      finish_call(self, call, std::move(text));
+    },
+    [self](io_done_atom, uint64_t call, ok_atom ok) {
+      finish_call(self, call, ok);
+    },
+    [self](io_done_atom, uint64_t call, caf::error& err) {
+      finish_call(self, call, std::move(err));
+    },
+  };
+}
+
+// -- setting up a registry ----------------------------------------------------
+
+std::string default_root() {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string base = tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
+  return base + "/sv-sandboxes";
+}
+
+std::string prepare_root(const std::string& configured) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  auto root = fs::absolute(configured.empty() ? default_root() : configured, ec)
+                .lexically_normal()
+                .string();
+  while (root.size() > 1 && root.back() == '/')
+    root.pop_back();
+  bool created = fs::create_directories(root, ec);
+  if (ec || !fs::is_directory(root, ec))
+    throw std::runtime_error("local provider: cannot create the sandbox root " +
+                             root + (ec ? ": " + ec.message() : "") +
+                             "; set the provider's \"root\" setting to a "
+                             "writable directory");
+  // Sandboxes of several users must not see each other.
+  if (created)
+    ::chmod(root.c_str(), 0700);
+  return root;
+}
+
+/// Runs the last release of registries that were not shut down, each on a
+/// thread of its own (whoever drops the last reference, a scheduler thread
+/// say, never blocks), and joins those threads at the latest at exit.
+class registry_releaser {
+public:
+  void release(local_registry* r) {
+    std::lock_guard<std::mutex> guard{mtx_};
+    // Join the ones that are done: their join returns at once.
+    for (auto i = threads_.begin(); i != threads_.end();)
+      if (*i->second) {
+        i->first.join();
+        i = threads_.erase(i);
+      } else {
+        ++i;
+      }
+    auto done = std::make_shared<std::atomic<bool>>(false);
+    threads_.emplace_back(std::thread{[r, done] {
+                            delete r;
+                            *done = true;
+                          }},
+                          done);
+  }
+
+  ~registry_releaser() {
+    for (auto& t : threads_)
+      t.first.join();
+  }
+
+private:
+  std::mutex mtx_;
+  std::list<std::pair<std::thread, std::shared_ptr<std::atomic<bool>>>>
+    threads_;
+};
+
+void release_registry(local_registry* r) {
+  if (r->is_shut_down()) {
+    delete r; // nothing left to wait for
+    return;
+  }
+  static registry_releaser releaser;
+  releaser.release(r);
+}
+
+} // namespace
+
+std::shared_ptr<local_registry> make_local_registry(local_provider_config cfg) {
+  if (cfg.io_threads == 0)
+    throw std::runtime_error("local provider: io_threads must be at least 1");
+  detail::registry_settings settings;
+  settings.root = prepare_root(cfg.root);
+  settings.python_name = cfg.python;
+  auto python = detail::resolve_python_install(cfg.python);
+  settings.python_path = python.executable;
+  settings.max_download_bytes = cfg.max_download_bytes;
+  settings.io_threads = cfg.io_threads;
+  settings.stop_attempts =
+    static_cast<uint32_t>(std::max<uint64_t>(1, cfg.stop_attempts));
+  settings.stop_retry_delay = cfg.stop_retry_delay;
+  settings.stop_fault = std::move(cfg.stop_fault);
+  auto iso = detail::prepare_isolation(cfg, settings.root, python);
+  if (auto n = detail::reap_orphans(settings.root, iso.cgroups); n > 0)
+    spdlog::warn("local provider: reaped {} sandboxes left by an earlier run "
+                 "that did not stop them",
+                 n);
+  spdlog::info("local provider: root {}, python {}", settings.root,
+               settings.python_path);
+  detail::log_isolation(iso);
+  settings.isolation =
+    std::make_shared<const detail::isolation_settings>(std::move(iso));
+  return std::shared_ptr<local_registry>(
+    new local_registry(std::move(settings)), release_registry);
+}
+
+provider_actor spawn_local_provider(caf::actor_system& sys,
+                                    std::shared_ptr<local_registry> registry) {
+  if (!registry)
+    throw std::invalid_argument("spawn_local_provider: no registry");
+  return caf::actor_cast<provider_actor>(
+    sys.spawn(local_provider, std::move(registry)));
+}
+
+provider_actor spawn_local_provider(caf::actor_system& sys,
+                                    local_provider_config cfg) {
+  return spawn_local_provider(sys, make_local_registry(std::move(cfg)));
+}
+
+void shut_down_local_registry(local_registry& registry) {
+  registry.shutdown();
+}
+
+local_registry_stats local_registry_counters(const local_registry& registry) {
+  return registry.stats();
+}
+
+} // namespace sv

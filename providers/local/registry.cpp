@@ -1,0 +1,523 @@
+#include "providers/local/registry.hpp"
+
+#include "messages/errors.hpp"
+#include "providers/local/host/process.hpp"
+#include "providers/local/isolation.hpp"
+#include "providers/local/sandbox/confined_fs.hpp"
+#include "providers/local/sandbox/exec.hpp"
+#include "providers/local/sandbox/lifecycle.hpp"
+#include "providers/local/sandbox/sandbox.hpp"
+
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/post.hpp>
+#include <cerrno>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <fcntl.h>
+#include <map>
+#include <mutex>
+#include <random>
+#include <set>
+#include <spdlog/spdlog.h>
+#include <thread>
+#include <unordered_set>
+#include <vector>
+
+namespace sv {
+
+namespace asio = boost::asio;
+using detail::local_sandbox;
+using detail::sandbox_phase;
+
+namespace {
+
+/// How long shutdown waits for the I/O threads to finish the last stops
+/// before it abandons what is left.
+constexpr std::chrono::seconds shutdown_wait{30};
+
+/// How many ids of sandboxes torn down at their provider's exit are kept
+/// for a replacement's stop.
+constexpr size_t max_tombstones = 65536;
+
+caf::error unavailable() {
+  return make_error(provider_errc::unavailable,
+                    "the local provider is shutting down");
+}
+
+caf::error no_such_sandbox(const std::string& id) {
+  return make_error(provider_errc::no_such_sandbox,
+                    "no sandbox " + id + " (never created, or stopped)");
+}
+
+std::chrono::steady_clock::duration to_duration(double seconds) {
+  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+    std::chrono::duration<double>(seconds));
+}
+
+/// Runs `f`, turning what it throws into the provider error to report.
+template <class T, class F>
+caf::expected<T> guarded(F&& f) {
+  try {
+    return f();
+  } catch (const detail::fs_error& e) {
+    return make_error(e.code(), e.what());
+  } catch (const std::exception& e) {
+    return make_error(provider_errc::io_error, e.what());
+  }
+}
+
+} // namespace
+
+struct local_registry::impl {
+  explicit impl(detail::registry_settings settings)
+      : cfg(std::move(settings)), work(asio::make_work_guard(io)) {
+    exec_cfg.python_name = cfg.python_name;
+    exec_cfg.python_path = cfg.python_path;
+    exec_cfg.isolation = cfg.isolation;
+  }
+
+  detail::registry_settings cfg;
+  detail::exec_settings exec_cfg;
+  detail::unique_fd root;
+  asio::io_context io;
+  asio::executor_work_guard<asio::io_context::executor_type> work;
+  std::vector<std::thread> threads;
+
+  // -- guarded by mtx --------------------------------------------------------
+
+  mutable std::mutex mtx;
+  std::condition_variable idle;
+  size_t running_threads = 0;
+  std::map<std::string, std::shared_ptr<local_sandbox>> sandboxes;
+  std::set<uint64_t> owners;
+  uint64_t next_owner = 1;
+  /// Sandboxes torn down at their provider's exit, oldest first.
+  std::unordered_set<std::string> tombstones;
+  std::deque<std::string> tombstone_order;
+  uint64_t next_sandbox = 1;
+  uint64_t next_exec = 1;
+  std::mt19937_64 rng{std::random_device{}()};
+  local_registry_stats counters;
+  bool shutting_down = false;
+  bool shut_down = false;
+
+  // -- the registry ----------------------------------------------------------
+
+  /// Unique across restarts too: pid and start time of this process (the
+  /// reaper's proof of ownership), counter and random bits. Under mtx.
+  std::string new_id() {
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx",
+                  static_cast<unsigned long long>(rng()));
+    return "sb-" + detail::instance_tag() + "-" +
+           std::to_string(next_sandbox++) + "-" + std::string{hex, 8};
+  }
+
+  /// The live sandbox `id` in `out`, or why there is none.
+  caf::error find_live(const std::string& id,
+                       std::shared_ptr<local_sandbox>& out) const {
+    std::lock_guard<std::mutex> guard{mtx};
+    if (shutting_down)
+      return unavailable();
+    auto i = sandboxes.find(id);
+    if (i == sandboxes.end() || i->second->phase != sandbox_phase::live)
+      return no_such_sandbox(id);
+    out = i->second;
+    return caf::none;
+  }
+
+  void add_tombstone(const std::string& id) {
+    if (!tombstones.insert(id).second)
+      return;
+    tombstone_order.push_back(id);
+    if (tombstone_order.size() > max_tombstones) {
+      tombstones.erase(tombstone_order.front());
+      tombstone_order.pop_front();
+    }
+  }
+
+  /// Runs `f(sandbox)` on the sandbox's strand while it is live; answers
+  /// what it returns.
+  template <class T, class F>
+  void on_strand(const std::string& id, local_completion<T> done, F f) {
+    std::shared_ptr<local_sandbox> sb;
+    if (auto err = find_live(id, sb))
+      return done(std::move(err));
+    asio::post(sb->strand,
+               [this, sb, done{std::move(done)}, f{std::move(f)}]() mutable {
+                 if (sb->torn_down) // a stop ran first on the strand
+                   return done(no_such_sandbox(sb->id));
+                 done(guarded<T>([&] { return f(*sb); }));
+               });
+  }
+
+  // -- create ----------------------------------------------------------------
+
+  caf::expected<sandbox_handle> make_sandbox(uint64_t owner,
+                                             const std::string& id,
+                                             const sandbox_spec& spec) {
+    {
+      std::lock_guard<std::mutex> guard{mtx};
+      if (shutting_down)
+        return unavailable();
+    }
+    // The file system work happens outside the lock.
+    std::shared_ptr<local_sandbox> sb;
+    try {
+      sb = detail::make_local_sandbox(*cfg.isolation, root.get(), cfg.root, id,
+                                      spec, asio::make_strand(io));
+    } catch (const detail::fs_error& e) {
+      return make_error(e.code(), e.what());
+    } catch (const std::exception& e) {
+      return make_error(provider_errc::sandbox_error,
+                        "cannot create sandbox " + id + ": " + e.what());
+    }
+    sb->owner = owner;
+    {
+      std::lock_guard<std::mutex> guard{mtx};
+      if (!shutting_down && owners.count(owner) > 0) {
+        sandboxes.emplace(id, sb);
+        ++counters.created;
+        if (spec.ttl_s > 0)
+          asio::post(sb->strand,
+                     [this, sb, ttl{spec.ttl_s}] { arm_ttl(sb, ttl); });
+        return sandbox_handle{id, "local", ""};
+      }
+    }
+    // Shutdown began meanwhile, or the provider that asked is gone: nobody
+    // will ever stop it.
+    if (auto err = detail::teardown_local_sandbox(*sb))
+      spdlog::warn("local provider: removing {}, made after its provider "
+                   "left: {}",
+                   id, describe(err));
+    return unavailable();
+  }
+
+  /// Reaps a sandbox its caller forgot, like a stop call.
+  void arm_ttl(const std::shared_ptr<local_sandbox>& sb, double ttl_s) {
+    sb->ttl.expires_after(to_duration(ttl_s));
+    sb->ttl.async_wait(
+      asio::bind_executor(sb->strand, [this, sb](boost::system::error_code ec) {
+        if (ec || !begin_stop(*sb, false))
+          return;
+        spdlog::warn("local provider: sandbox {} outlived its TTL, stopping it",
+                     sb->id);
+        run_stop(sb);
+      }));
+  }
+
+  // -- stop ------------------------------------------------------------------
+
+  /// Moves a live or failed sandbox to stopping; false if it is stopping
+  /// already. `by_owner_exit`: its provider left.
+  bool begin_stop(local_sandbox& sb, bool by_owner_exit) {
+    std::lock_guard<std::mutex> guard{mtx};
+    if (sb.phase == sandbox_phase::stopping)
+      return false;
+    sb.phase = sandbox_phase::stopping;
+    sb.by_owner_exit = by_owner_exit;
+    return true;
+  }
+
+  /// Moves a failed sandbox to stopping for its next try; false if a stop
+  /// call or shutdown took it meanwhile.
+  bool begin_retry(local_sandbox& sb) {
+    std::lock_guard<std::mutex> guard{mtx};
+    if (sb.phase != sandbox_phase::stop_failed || shutting_down)
+      return false;
+    sb.phase = sandbox_phase::stopping;
+    return true;
+  }
+
+  /// Tears `sb` down on its strand and answers everyone waiting.
+  void run_stop(const std::shared_ptr<local_sandbox>& sb) {
+    sb->torn_down = true;
+    sb->ttl.cancel();
+    sb->retry.cancel();
+    auto err = cfg.stop_fault ? cfg.stop_fault(sb->id) : caf::error{};
+    if (!err)
+      err = detail::teardown_local_sandbox(*sb);
+    std::vector<detail::stop_waiter> waiters;
+    {
+      std::lock_guard<std::mutex> guard{mtx};
+      waiters.swap(sb->stop_waiters);
+      if (!err) {
+        sandboxes.erase(sb->id);
+        ++counters.stopped;
+        if (sb->by_owner_exit && waiters.empty())
+          add_tombstone(sb->id);
+      } else {
+        ++counters.failed_stops;
+        sb->phase = sandbox_phase::stop_failed;
+        schedule_retry(sb, err);
+      }
+    }
+    for (auto& w : waiters)
+      w(err);
+  }
+
+  /// Under mtx: the next try of a failed stop, or the log that gives up.
+  void schedule_retry(const std::shared_ptr<local_sandbox>& sb,
+                      const caf::error& err) {
+    auto n = ++sb->failed_stops;
+    if (shutting_down || n >= cfg.stop_attempts) {
+      spdlog::error("local provider: stopping {} failed {} times, last: {}; "
+                    "it stays known (a stop call tries again, shutdown "
+                    "once more, the next start's reaper removes what is "
+                    "left)",
+                    sb->id, n, describe(err));
+      return;
+    }
+    auto delay =
+      cfg.stop_retry_delay * (int64_t{1} << std::min<uint32_t>(n - 1, 16));
+    spdlog::warn("local provider: stopping {} failed (try {} of {}): {}; "
+                 "trying again in {} ms",
+                 sb->id, n, cfg.stop_attempts, describe(err), delay.count());
+    sb->retry.expires_after(delay);
+    sb->retry.async_wait(
+      asio::bind_executor(sb->strand, [this, sb](boost::system::error_code ec) {
+        if (!ec && begin_retry(*sb))
+          run_stop(sb);
+      }));
+  }
+
+  void stop(const std::string& id, local_completion<ok_atom> done) {
+    std::shared_ptr<local_sandbox> sb;
+    bool start = false;
+    auto answer = [done](caf::error err) {
+      if (err)
+        done(std::move(err));
+      else
+        done(ok_atom::value);
+    };
+    {
+      std::unique_lock<std::mutex> guard{mtx};
+      if (shutting_down) {
+        guard.unlock();
+        return done(unavailable());
+      }
+      auto i = sandboxes.find(id);
+      if (i == sandboxes.end()) {
+        // Torn down when its provider left: stopped, exactly once.
+        bool removed = tombstones.erase(id) > 0;
+        guard.unlock();
+        return removed ? done(ok_atom::value) : done(no_such_sandbox(id));
+      }
+      sb = i->second;
+      sb->stop_waiters.emplace_back(std::move(answer));
+      if (sb->phase != sandbox_phase::stopping) {
+        sb->phase = sandbox_phase::stopping;
+        sb->by_owner_exit = false;
+        start = true;
+      }
+    }
+    if (start)
+      asio::post(sb->strand, [this, sb] { run_stop(sb); });
+  }
+
+  void leave(uint64_t owner) {
+    std::vector<std::shared_ptr<local_sandbox>> orphans;
+    {
+      std::lock_guard<std::mutex> guard{mtx};
+      owners.erase(owner);
+      for (auto& entry : sandboxes)
+        if (entry.second->owner == owner &&
+            entry.second->phase == sandbox_phase::live) {
+          entry.second->phase = sandbox_phase::stopping;
+          entry.second->by_owner_exit = true;
+          orphans.push_back(entry.second);
+        }
+    }
+    for (auto& sb : orphans)
+      asio::post(sb->strand, [this, sb] { run_stop(sb); });
+  }
+
+  // -- threads ---------------------------------------------------------------
+
+  void start_threads() {
+    std::lock_guard<std::mutex> guard{mtx};
+    for (size_t i = 0; i < cfg.io_threads; ++i) {
+      ++running_threads;
+      threads.emplace_back([this] { run_thread(); });
+    }
+  }
+
+  void run_thread() {
+    for (;;) {
+      try {
+        io.run();
+        break;
+      } catch (const std::exception& e) {
+        spdlog::error("local provider: I/O handler failed: {}", e.what());
+      }
+    }
+    std::lock_guard<std::mutex> guard{mtx};
+    --running_threads;
+    idle.notify_all();
+  }
+
+  void shutdown() {
+    std::vector<std::shared_ptr<local_sandbox>> all;
+    {
+      std::lock_guard<std::mutex> guard{mtx};
+      if (shut_down || shutting_down)
+        return;
+      shutting_down = true;
+      for (auto& entry : sandboxes)
+        if (entry.second->phase != sandbox_phase::stopping) {
+          entry.second->phase = sandbox_phase::stopping;
+          all.push_back(entry.second);
+        }
+    }
+    for (auto& sb : all)
+      asio::post(sb->strand, [this, sb] { run_stop(sb); });
+    // Without the guard, run() returns once the stops and the execs they
+    // kill are done.
+    work.reset();
+    {
+      std::unique_lock<std::mutex> guard{mtx};
+      if (!idle.wait_for(guard, shutdown_wait,
+                         [this] { return running_threads == 0; })) {
+        spdlog::error("local provider: I/O still busy after {} s at "
+                      "shutdown, abandoning it",
+                      shutdown_wait.count());
+        io.stop();
+      }
+    }
+    for (auto& t : threads)
+      if (t.joinable())
+        t.join();
+    std::lock_guard<std::mutex> guard{mtx};
+    if (!sandboxes.empty())
+      spdlog::error("local provider: {} sandboxes could not be stopped at "
+                    "shutdown; the next start's reaper removes them",
+                    sandboxes.size());
+    shut_down = true;
+  }
+};
+
+// -- local_registry -----------------------------------------------------------
+
+local_registry::local_registry(detail::registry_settings cfg)
+    : impl_(std::make_unique<impl>(std::move(cfg))) {
+  impl_->root.reset(
+    ::open(impl_->cfg.root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!impl_->root)
+    throw std::runtime_error("local provider: cannot open root " +
+                             impl_->cfg.root + ": " + std::strerror(errno));
+  impl_->start_threads();
+}
+
+local_registry::~local_registry() {
+  impl_->shutdown();
+}
+
+uint64_t local_registry::join() {
+  std::lock_guard<std::mutex> guard{impl_->mtx};
+  auto token = impl_->next_owner++;
+  impl_->owners.insert(token);
+  return token;
+}
+
+void local_registry::leave(uint64_t owner) {
+  impl_->leave(owner);
+}
+
+void local_registry::create(uint64_t owner, const sandbox_spec& spec,
+                            local_completion<sandbox_handle> done) {
+  std::string id;
+  {
+    std::unique_lock<std::mutex> guard{impl_->mtx};
+    if (impl_->shutting_down) {
+      // Its I/O threads may be gone: nothing posted would ever run.
+      guard.unlock();
+      return done(unavailable());
+    }
+    id = impl_->new_id();
+  }
+  asio::post(impl_->io,
+             [p = impl_.get(), owner, id, spec, done{std::move(done)}] {
+               done(p->make_sandbox(owner, id, spec));
+             });
+}
+
+bool local_registry::is_live(const std::string& id) const {
+  std::shared_ptr<local_sandbox> sb;
+  return !impl_->find_live(id, sb);
+}
+
+void local_registry::upload(const std::string& id, std::string dir,
+                            file_map files, local_completion<ok_atom> done) {
+  impl_->on_strand<ok_atom>(
+    id, std::move(done),
+    [dir{std::move(dir)}, files{std::move(files)}](local_sandbox& sb) {
+      for (auto& [path, content] : files)
+        detail::write_confined_file(sb.dir.get(),
+                                    dir.empty() ? path : dir + "/" + path,
+                                    content, sb.confinement.uid.uid);
+      return ok_atom::value;
+    });
+}
+
+void local_registry::exec(const std::string& id, exec_request x,
+                          local_completion<exec_result> done) {
+  std::shared_ptr<local_sandbox> sb;
+  if (auto err = impl_->find_live(id, sb))
+    return done(std::move(err));
+  uint64_t n = 0;
+  {
+    std::lock_guard<std::mutex> guard{impl_->mtx};
+    n = impl_->next_exec++;
+  }
+  asio::post(sb->strand, [p = impl_.get(), sb, n, x{std::move(x)},
+                          done{std::move(done)}]() mutable {
+    if (sb->torn_down) // on the strand: a stop ran before this call
+      return done(no_such_sandbox(sb->id));
+    detail::launch_plan plan;
+    try {
+      plan = detail::make_launch_plan(*sb, x, p->exec_cfg);
+    } catch (const detail::fs_error& e) {
+      return done(make_error(e.code(), e.what()));
+    } catch (const std::exception& e) {
+      return done(make_error(provider_errc::io_error, e.what()));
+    }
+    detail::start_exec(sb, n, std::move(plan),
+                       [done](exec_result r) { done(std::move(r)); });
+  });
+}
+
+void local_registry::download(const std::string& id, std::string path,
+                              local_completion<std::string> done) {
+  auto max = impl_->cfg.max_download_bytes;
+  impl_->on_strand<std::string>(
+    id, std::move(done), [path{std::move(path)}, max](local_sandbox& sb) {
+      return detail::read_confined_file(sb.dir.get(), path, max);
+    });
+}
+
+void local_registry::stop(const std::string& id,
+                          local_completion<ok_atom> done) {
+  impl_->stop(id, std::move(done));
+}
+
+local_registry_stats local_registry::stats() const {
+  std::lock_guard<std::mutex> guard{impl_->mtx};
+  auto out = impl_->counters;
+  out.known = impl_->sandboxes.size();
+  for (auto& entry : impl_->sandboxes)
+    out.stop_failed += entry.second->phase == sandbox_phase::stop_failed;
+  return out;
+}
+
+void local_registry::shutdown() {
+  impl_->shutdown();
+}
+
+bool local_registry::is_shut_down() const {
+  std::lock_guard<std::mutex> guard{impl_->mtx};
+  return impl_->shut_down;
+}
+
+} // namespace sv
