@@ -9,6 +9,7 @@
 #include "apps/sv_grade/batch_driver.hpp"
 #include "apps/sv_grade/batch_line.hpp"
 #include "apps/sv_grade/output_writer.hpp"
+#include "messages/bounded_json.hpp"
 #include "messages/json.hpp"
 #include "messages/registry.hpp"
 #include "messages/validation.hpp"
@@ -49,6 +50,8 @@ struct cli_options {
   std::string log_level = "warn";
   std::string summary_json;
   size_t max_creating = 16;
+  size_t max_json_depth = default_max_json_depth;
+  size_t max_line_bytes = size_t{64} << 20;
 };
 
 /// A problem with how sv-grade was called: message, exit status 2.
@@ -103,6 +106,12 @@ std::optional<int> parse_cli(int argc, char** argv, cli_options& opts) {
                 "from bursts of creates)")
     ->capture_default_str()
     ->check(CLI::Range(size_t{1}, size_t{1000000}));
+  app
+    .add_option("--max-json-depth", opts.max_json_depth,
+                "deepest nesting accepted in input lines, results and "
+                "provider configs")
+    ->capture_default_str()
+    ->check(CLI::Range(size_t{1}, size_t{100000}));
   app.add_option("--summary-json", opts.summary_json,
                  "also write the summary as JSON to this file");
   try {
@@ -133,11 +142,8 @@ provider_block load_provider_block(const std::string& path) {
                    std::istreambuf_iterator<char>{}};
   auto where = "provider config " + path + ": ";
   json doc;
-  try {
-    doc = json::parse(text);
-  } catch (const json::exception& e) {
-    throw usage_error(where + "not valid JSON: " + parse_reason(e));
-  }
+  if (auto err = parse_bounded(text, doc); !err.empty())
+    throw usage_error(where + "not valid JSON: " + err);
   try {
     return parse_provider_block(doc);
   } catch (const json_error& e) {
@@ -187,6 +193,12 @@ supervisor_config make_supervisor_config(const cli_options& opts,
   cfg.max_in_flight = opts.concurrency;
   cfg.max_creating = opts.max_creating;
   cfg.default_metadata = block.default_metadata;
+  json_limits limits;
+  limits.max_depth = opts.max_json_depth;
+  cfg.parser = [limits](const std::string& text, json& result,
+                        std::string& error) {
+    return parse_result_text(text, result, error, limits);
+  };
   // A provider that dies mid-batch fails what it had in flight; the rest of
   // the batch goes on with a fresh one.
   cfg.restart_provider = [block, set](caf::actor_system& sys) {

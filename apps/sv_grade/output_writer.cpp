@@ -97,7 +97,12 @@ void output_writer::write(const batch_entry& entry) {
   summary_.add(entry);
   if (write_failed_)
     return; // keep counting, so that finish() still returns
-  out_ << render_output_line(entry) << '\n';
+  auto parts = render_output_parts(entry);
+  out_ << parts.head;
+  if (parts.result_text != nullptr)
+    out_.write(reinterpret_cast<const char*>(parts.result_text->data()),
+               static_cast<std::streamsize>(parts.result_text->size()));
+  out_ << parts.tail << '\n';
   out_.flush();
   write_failed_ = !out_;
 }

@@ -116,7 +116,7 @@ TEST_CASE("unknown keys and wrong types are named") {
   CHECK(msg == "line 7: config.python: expected a string, got number");
 }
 
-TEST_CASE("a graded outcome renders without a line number") {
+TEST_CASE("a graded outcome renders with its line number") {
   batch_entry entry;
   entry.line = 3;
   entry.outcome.id = "x";
@@ -130,7 +130,64 @@ TEST_CASE("a graded outcome renders without a line number") {
                     {"mask_sample", false},
                     {"result", {{"reward", 1.0}}},
                     {"failure", nullptr},
-                    {"timings_ms", {{"exec", 5.0}, {"total", 6.0}}}});
+                    {"timings_ms", {{"exec", 5.0}, {"total", 6.0}}},
+                    {"line", 3}});
+}
+
+TEST_CASE("hostile lines are invalid_request, naming what is wrong") {
+  std::string deep;
+  for (int i = 0; i < 75000; ++i)
+    deep += "[";
+  auto line = std::string{good_line}.insert(1, "\"x\": " + deep);
+  CHECK(message_of(line).rfind(
+          "line 7: not valid JSON: nested deeper than 256 levels at x", 0) ==
+        0);
+  CHECK(message_of(R"({"id": "a", "id": "b"})") ==
+        "line 7: not valid JSON: duplicate key \"id\"");
+  CHECK(message_of(std::string{good_line} + std::string(1, '\0') + "junk") ==
+        "line 7: not valid JSON: a NUL byte at offset 71 (JSON text must "
+        "not contain one)");
+  json_limits limits;
+  limits.max_depth = 2;
+  auto parsed = parse_batch_line(good_line, 1, "", limits);
+  CHECK(parsed.ok);
+  limits.max_depth = 1;
+  CHECK_FALSE(parse_batch_line(good_line, 1, "", limits).ok);
+}
+
+TEST_CASE("a small result becomes a DOM, a large one stays compact text") {
+  json result;
+  std::string error;
+  CHECK(parse_result_text(R"({"reward": 1.0})", result, error));
+  CHECK(result == json{{"reward", 1.0}});
+  std::string big = "{\"reward\": 0.5, \"xs\": [";
+  for (int i = 0; i < 1000; ++i)
+    big += "1, ";
+  big += "1]}\n";
+  REQUIRE(parse_result_text(big, result, error, {}, 100));
+  REQUIRE(json_text_of(result) != nullptr);
+  CHECK(result["reward"] == 0.5);
+  batch_entry entry;
+  entry.outcome.ok = true;
+  entry.outcome.result = result;
+  auto out = json::parse(render_output_line(entry));
+  CHECK(out["result"] == json::parse(big));
+}
+
+TEST_CASE("a deep, duplicate-keyed or non-object result is rejected") {
+  json result;
+  std::string error;
+  std::string deep(100000, '[');
+  for (size_t dom_max : {size_t{1} << 20, size_t{10}}) {
+    CHECK_FALSE(parse_result_text(deep, result, error, {}, dom_max));
+    CHECK(error.rfind("nested deeper than 256 levels", 0) == 0);
+    CHECK_FALSE(
+      parse_result_text(R"({"a": 1, "a": 2})", result, error, {}, dom_max));
+    CHECK(error == "duplicate key \"a\"");
+    CHECK_FALSE(
+      parse_result_text("[1, 2, 3, 4, 5]", result, error, {}, dom_max));
+    CHECK(error.rfind("expected a JSON object", 0) == 0);
+  }
 }
 
 TEST_CASE("invalid UTF-8 in an outcome does not break the line") {

@@ -37,6 +37,16 @@ def bad_lines(good):
          "surprise: unknown key"),
         (variant(tag="type", exec_timeout_s="thirty"), "bad-type",
          "exec_timeout_s: expected a number, got string"),
+        # Hostile JSON: refused, never a crash; the rest is graded.
+        ('{"id": "deep", "request": ' + "[" * 75000 + "]" * 75000 + "}",
+         None, "nested deeper than 256 levels at request"),
+        ('{"id": "dup", "id": "dup2"}', None, 'duplicate key "id"'),
+        (good[:-1] + ', "id": "x"}', None, 'duplicate key "id"'),
+        (good + "\0junk", None, "a NUL byte at offset"),
+        (good + " {}", None, "not valid JSON"),
+        (variant(tag="huge", exec_timeout_s=None)[:-1] +
+         ', "exec_timeout_s": 1' + "0" * 5000 + "}", None,
+         "number overflow"),
     ]
 
 
@@ -62,14 +72,17 @@ def main():
         outputs = parse_output(f.read())
     check(len(outputs) == len(lines), f"{len(outputs)} lines out of "
           f"{len(lines)}", proc)
-    graded = [o for o in outputs if "line" not in o]
-    rejected = {o["line"]: o for o in outputs if "line" in o}
+    def invalid(o):
+        return not o["ok"] and o["failure"]["failure_kind"] == "invalid_request"
+    graded = [o for o in outputs if not invalid(o)]
+    rejected = {o["line"]: o for o in outputs if invalid(o)}
     check(sorted(rejected) == sorted(expect_bad),
           f"rejected lines {sorted(rejected)}", proc)
     for n, (id_, needle) in expect_bad.items():
         out = rejected[n]
         f = out["failure"]
-        check(set(out) == OUTPUT_KEYS | {"line"}, f"line {n}: keys")
+        check(set(out) == OUTPUT_KEYS, f"line {n}: keys")
+        check(len(f["message"]) < 600, f"line {n}: message too long")
         check(out["id"] == id_, f"line {n}: id {out['id']!r}")
         check(out["ok"] is False and out["mask_sample"] is True
               and out["result"] is None, f"line {n}: verdict")
@@ -80,6 +93,8 @@ def main():
               f["message"], f"line {n}: message {f['message']!r}")
     check(len(graded) == 3, f"{len(graded)} graded lines", proc)
     for out in graded:
+        check(set(out) == OUTPUT_KEYS and out["line"] not in expect_bad,
+              f"{out['id']}: keys, line")
         check(out["ok"] and out["result"]["reward"] == 1.0,
               f"{out['id']}: {out}", proc)
     print(f"ok: {len(rejected)} rejected, {len(graded)} graded")

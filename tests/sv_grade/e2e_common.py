@@ -9,7 +9,8 @@ import subprocess
 import sys
 import tempfile
 
-OUTPUT_KEYS = {"id", "ok", "mask_sample", "result", "failure", "timings_ms"}
+OUTPUT_KEYS = {"id", "ok", "mask_sample", "result", "failure", "timings_ms",
+               "line"}
 STATE_KEYS = {"create", "ready", "upload", "exec", "download", "stop", "total"}
 
 
