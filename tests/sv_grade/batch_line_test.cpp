@@ -210,3 +210,36 @@ TEST_CASE("the reply timeout sums the state deadlines plus a margin") {
   CHECK(reply_timeout(req, std::chrono::seconds{10}) ==
         std::chrono::milliseconds{55500});
 }
+
+TEST_CASE("request errors are invalid_request naming the field") {
+  auto with = [](const char* field) {
+    return message_of(std::string{good_line}.insert(1, field));
+  };
+  CHECK(with(R"("config": {"env": {"A=B": "1"}}, )") ==
+        "line 7: config.env: \"A=B\" is not a variable name (empty, or has "
+        "'=' or a NUL byte)");
+  CHECK(with(R"("exec_timeout_s": 1e-320, )") ==
+        "line 7: exec_timeout_s: must be at least 0.001 s (1 ms)");
+  CHECK(with(R"("exec_timeout_s": 604800, )") ==
+        "line 7: exec_timeout_s: with config.ready_timeout_s and the 300 s "
+        "margin, the sandbox TTL would exceed 604800 s");
+  CHECK(parse_batch_line(std::string{good_line}.insert(
+                           1, R"("exec_timeout_s": 604000, )"
+                              R"("config": {"ready_timeout_s": 1}, )"),
+                         7)
+          .ok);
+  auto files = [](const std::string& extra) {
+    return message_of(R"({"id": "t", "request": {}, "files": {)"
+                      R"("sandbox_runner.py": "", )" +
+                      extra + "}}");
+  };
+  CHECK(files("\"" + std::string(300, 'x') + "\": \"\"") ==
+        "line 7: files: path \"" + std::string(200, 'x') +
+          "... (100 more bytes)\" has a component of 300 bytes (at most 255)");
+  CHECK(files(R"("a": "", "a/b/c": "")") ==
+        "line 7: files: \"a\" is a file and also the directory of \"a/b/c\"");
+  CHECK(parse_batch_line(R"({"id": "t", "request": {}, "files": {)"
+                         R"("sandbox_runner.py": "", "a/b": "", "a/c": ""}})",
+                         7)
+          .ok);
+}

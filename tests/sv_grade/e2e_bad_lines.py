@@ -37,6 +37,20 @@ def bad_lines(good):
          "surprise: unknown key"),
         (variant(tag="type", exec_timeout_s="thirty"), "bad-type",
          "exec_timeout_s: expected a number, got string"),
+        # Request errors: invalid_request before any sandbox, never
+        # provider_unavailable (a caller would retry those).
+        (variant(tag="envname", config={"env": {"A=B": "1"}}), "bad-envname",
+         'config.env: "A=B" is not a variable name'),
+        (variant(tag="longname", files={"sandbox_runner.py": runner,
+                                        "x" * 300: ""}),
+         "bad-longname", "has a component of 300 bytes (at most 255)"),
+        (variant(tag="filedir", files={"sandbox_runner.py": runner,
+                                       "a": "", "a/b": ""}),
+         "bad-filedir", 'files: "a" is a file and also the directory of "a/b"'),
+        (variant(tag="ttl", exec_timeout_s=604800), "bad-ttl",
+         "exec_timeout_s: with config.ready_timeout_s and the 300 s margin"),
+        (variant(tag="tiny", exec_timeout_s=1e-320), "bad-tiny",
+         "exec_timeout_s: must be at least 0.001 s"),
         # Hostile JSON: refused, never a crash; the rest is graded.
         ('{"id": "deep", "request": ' + "[" * 75000 + "]" * 75000 + "}",
          None, "nested deeper than 256 levels at request"),
