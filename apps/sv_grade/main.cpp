@@ -8,7 +8,10 @@
 #include "actors/supervisor.hpp"
 #include "apps/sv_grade/batch_driver.hpp"
 #include "apps/sv_grade/batch_line.hpp"
+#include "apps/sv_grade/line_reader.hpp"
 #include "apps/sv_grade/output_writer.hpp"
+#include "apps/sv_grade/resume.hpp"
+#include "apps/sv_grade/signals.hpp"
 #include "messages/bounded_json.hpp"
 #include "messages/json.hpp"
 #include "messages/registry.hpp"
@@ -22,16 +25,20 @@
 #include <caf/send.hpp>
 #include <cerrno>
 #include <cstring>
+#include <fcntl.h>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <spdlog/sinks/base_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <stdexcept>
 #include <string>
+#include <sys/eventfd.h>
+#include <sys/stat.h>
 #include <thread>
 #include <unistd.h>
 #include <vector>
@@ -52,6 +59,7 @@ struct cli_options {
   size_t max_creating = 16;
   size_t max_json_depth = default_max_json_depth;
   size_t max_line_bytes = size_t{64} << 20;
+  bool resume = false;
 };
 
 /// A problem with how sv-grade was called: message, exit status 2.
@@ -70,8 +78,13 @@ Output: JSONL, exactly one line per input line, in completion order:
   A line that cannot be graded gets failure_kind "invalid_request" and "line".
 Provider config: JSON {"local": {...settings}, "default_metadata": {...}};
   default {"local": {}}.
+Signals: the first SIGINT/SIGTERM/SIGHUP stops reading, lets what is in
+  flight finish, writes the summary and exits 130/143/129; a second one
+  cancels what is in flight (its sandboxes stopped) and exits at once.
+--resume: skip the input lines the output file already answers, append.
 Exit status: 0 when every input line got an output line, whatever the
-verdicts; 2 on a usage error; 1 when reading or writing failed.
+verdicts; 2 on a usage error; 1 when reading or writing failed
+(--summary-json too); 128 + the signal when interrupted.
 Example:
   examples/humaneval/make_jobs.py | sv-grade --input - --output results.jsonl
 )";
@@ -112,12 +125,23 @@ std::optional<int> parse_cli(int argc, char** argv, cli_options& opts) {
                 "provider configs")
     ->capture_default_str()
     ->check(CLI::Range(size_t{1}, size_t{100000}));
+  app
+    .add_option("--max-line-bytes", opts.max_line_bytes,
+                "longest input line; a longer one is invalid_request, "
+                "never buffered whole")
+    ->capture_default_str()
+    ->check(CLI::Range(size_t{1}, size_t{1} << 40));
   app.add_option("--summary-json", opts.summary_json,
                  "also write the summary as JSON to this file");
+  app.add_flag("--resume", opts.resume,
+               "keep the output file's complete lines, repair a torn last "
+               "line, grade only the input lines it does not answer, append");
+  app.set_version_flag("--version", std::string{"sv-grade "} + SV_VERSION);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help and --version exit 0; every usage error exits 2 (README).
+    return app.exit(e) == 0 ? 0 : 2;
   }
   return std::nullopt;
 }
@@ -253,8 +277,30 @@ uint64_t count_lines(const std::string& path) {
   return n + (last != '\n' ? 1 : 0);
 }
 
-void setup_logging(const std::string& level) {
-  auto logger = spdlog::stderr_color_mt("sv-grade");
+/// spdlog's lines go above the progress bar, which is redrawn after them.
+class bar_sink : public spdlog::sinks::base_sink<std::mutex> {
+public:
+  explicit bar_sink(terminal_bar& bar) : bar_(bar) {}
+
+protected:
+  void sink_it_(const spdlog::details::log_msg& msg) override {
+    spdlog::memory_buf_t buf;
+    formatter_->format(msg, buf);
+    bar_.print(fmt::to_string(buf));
+  }
+  void flush_() override {}
+
+private:
+  terminal_bar& bar_;
+};
+
+void setup_logging(const std::string& level, terminal_bar& bar) {
+  std::shared_ptr<spdlog::logger> logger;
+  if (bar.enabled())
+    logger = std::make_shared<spdlog::logger>("sv-grade",
+                                              std::make_shared<bar_sink>(bar));
+  else
+    logger = spdlog::stderr_color_mt("sv-grade");
   spdlog::set_default_logger(logger);
   spdlog::set_level(spdlog::level::from_str(level));
 }
@@ -264,53 +310,206 @@ size_t default_concurrency() {
   return 2 * static_cast<size_t>(n > 0 ? n : 1);
 }
 
-/// Reads every input line and hands it on; returns false on a read error.
-bool feed(std::istream& in, output_writer& writer, caf::actor driver,
-          const std::string& work_dir) {
+/// An owned file descriptor.
+struct fd_guard {
+  int fd = -1;
+  fd_guard() = default;
+  explicit fd_guard(int x) : fd(x) {}
+  fd_guard(const fd_guard&) = delete;
+  fd_guard& operator=(const fd_guard&) = delete;
+  ~fd_guard() {
+    if (fd >= 0)
+      ::close(fd);
+  }
+};
+
+struct batch_io {
+  int in = STDIN_FILENO;
+  int out = STDOUT_FILENO;
+  fd_guard in_file;
+  fd_guard out_file;
+  fd_guard summary_file;
+  /// Lines in the input, when it is a file.
+  std::optional<uint64_t> total;
+  answered_lines answered;
+  /// Wakes the reader (a signal or a write error says stop).
+  fd_guard wake;
+};
+
+bool same_file(const struct stat& a, const struct stat& b) {
+  return a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+/// Opens input, output and summary; refuses an output that is the input
+/// (any path to the same inode) before anything is opened for writing.
+void open_io(const cli_options& opts, batch_io& io) {
+  if (opts.input != "-") {
+    if (std::filesystem::is_directory(opts.input))
+      throw usage_error("input " + opts.input + ": is a directory");
+    io.in_file.fd = ::open(opts.input.c_str(), O_RDONLY | O_CLOEXEC);
+    if (io.in_file.fd < 0)
+      throw usage_error("input " + opts.input + ": " + std::strerror(errno));
+    io.in = io.in_file.fd;
+    io.total = count_lines(opts.input);
+  }
+  struct stat in_st {};
+  bool in_known = ::fstat(io.in, &in_st) == 0 && S_ISREG(in_st.st_mode);
+  struct stat out_st {};
+  if (opts.output != "-") {
+    if (in_known && ::stat(opts.output.c_str(), &out_st) == 0 &&
+        same_file(in_st, out_st))
+      throw usage_error("--output " + opts.output +
+                        " is the input file: it would be overwritten");
+  } else if (in_known && ::fstat(STDOUT_FILENO, &out_st) == 0 &&
+             same_file(in_st, out_st)) {
+    throw usage_error("standard output is the input file");
+  }
+  if (opts.resume && opts.output == "-")
+    throw usage_error("--resume needs --output FILE");
+  if (!opts.summary_json.empty()) {
+    io.summary_file.fd = ::open(opts.summary_json.c_str(),
+                                O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (io.summary_file.fd < 0)
+      throw std::runtime_error("--summary-json " + opts.summary_json + ": " +
+                               std::strerror(errno));
+  }
+  if (opts.output == "-")
+    return;
+  int flags = O_WRONLY | O_CREAT | O_CLOEXEC;
+  if (opts.resume) {
+    io.answered = read_answered(opts.output);
+  } else {
+    flags |= O_TRUNC;
+  }
+  io.out_file.fd = ::open(opts.output.c_str(), flags, 0644);
+  if (io.out_file.fd < 0)
+    throw usage_error("output " + opts.output + ": " + std::strerror(errno));
+  io.out = io.out_file.fd;
+  if (opts.resume) {
+    struct stat st {};
+    if (::fstat(io.out, &st) == 0 && S_ISREG(st.st_mode)) {
+      if (io.answered.torn &&
+          ::ftruncate(io.out, static_cast<off_t>(io.answered.good_bytes)) != 0)
+        throw std::runtime_error(
+          "output " + opts.output +
+          ": cannot cut its torn last line: " + std::strerror(errno));
+      ::lseek(io.out, 0, SEEK_END);
+    }
+    if (io.answered.torn)
+      spdlog::warn("output {}: cut off a torn last line", opts.output);
+  }
+}
+
+/// What `feed` did.
+struct feed_result {
+  bool read_ok = true;
+  std::string read_error;
+  uint64_t lines_read = 0;
+  uint64_t resumed = 0;
+  bool stopped = false;
+};
+
+bool already_answered(const answered_lines& answered, uint64_t line_no,
+                      const parsed_line& parsed) {
+  if (answered.lines.count(line_no) != 0)
+    return true;
+  if (answered.ids.empty())
+    return false;
+  auto& id = parsed.ok ? parsed.request.id : parsed.rejected.outcome.id;
+  return answered.ids.count(id) != 0;
+}
+
+/// Reads every input line and hands it on, until the input ends, a read
+/// fails, or the batch is told to stop.
+feed_result feed(line_reader& reader, const batch_io& io, output_writer& writer,
+                 caf::actor driver, const cli_options& opts) {
+  feed_result out;
+  json_limits limits;
+  limits.max_depth = opts.max_json_depth;
+  limits.max_bytes = opts.max_line_bytes;
   std::string text;
   uint64_t line_no = 0;
-  while (std::getline(in, text)) {
+  for (;;) {
+    auto st = reader.next(text);
+    if (st == line_reader::status::end)
+      break;
+    if (st == line_reader::status::stopped) {
+      out.stopped = true;
+      break;
+    }
+    if (st == line_reader::status::error) {
+      out.read_ok = false;
+      out.read_error = reader.error();
+      break;
+    }
     ++line_no;
-    writer.acquire();
-    auto parsed = parse_batch_line(text, line_no, work_dir);
+    parsed_line parsed;
+    if (st == line_reader::status::too_long) {
+      parsed.rejected.line = line_no;
+      parsed.rejected.invalid = true;
+      parsed.rejected.id_known = false;
+      parsed.rejected.outcome = make_failed_outcome(
+        {}, failure_kind::invalid_request, verification_state::validate,
+        failure_cause::invalid_request,
+        "line " + std::to_string(line_no) + ": " +
+          std::to_string(reader.skipped()) +
+          " bytes, longer than --max-line-bytes " +
+          std::to_string(opts.max_line_bytes));
+    } else {
+      parsed = parse_batch_line(text, line_no, opts.work_dir, limits);
+    }
+    if (already_answered(io.answered, line_no, parsed)) {
+      ++out.resumed;
+      continue;
+    }
+    if (!writer.acquire()) {
+      out.stopped = true;
+      --line_no;
+      break;
+    }
+    out.lines_read = line_no;
     if (!parsed.ok)
       writer.push(std::move(parsed.rejected));
     else
       caf::anon_send(driver, line_no, std::move(parsed.request));
   }
-  return !in.bad();
+  out.lines_read = line_no;
+  return out;
 }
 
-struct batch_io {
-  std::istream* in = &std::cin;
-  std::ostream* out = &std::cout;
-  std::ifstream in_file;
-  std::ofstream out_file;
-  std::optional<uint64_t> total;
-};
-
-void open_io(const cli_options& opts, batch_io& io) {
-  if (opts.input != "-") {
-    open_for_reading(io.in_file, opts.input, "input");
-    io.in = &io.in_file;
-    if (isatty(STDERR_FILENO) == 1) // the total only feeds the bar
-      io.total = count_lines(opts.input);
+/// Writes `text` to a descriptor; the system's message on failure.
+std::string write_text(int fd, const std::string& text) {
+  size_t done = 0;
+  while (done < text.size()) {
+    auto n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0)
+      return std::strerror(errno);
+    done += static_cast<size_t>(n);
   }
-  if (opts.output != "-") {
-    io.out_file.open(opts.output, std::ios::binary | std::ios::trunc);
-    if (!io.out_file)
-      throw usage_error("output " + opts.output + ": " + std::strerror(errno));
-    io.out = &io.out_file;
+  return {};
+}
+
+void wake(int fd) {
+  uint64_t one = 1;
+  while (::write(fd, &one, sizeof(one)) < 0 && errno == EINTR) {
   }
 }
 
-int run(const cli_options& opts) {
+int run(const cli_options& opts, terminal_bar& bar) {
   if (!opts.work_dir.empty() && !is_confined_path(opts.work_dir))
     throw usage_error("--work-dir " + opts.work_dir +
                       ": must be a relative path inside the sandbox");
   auto block = load_provider_block(opts.provider_config);
   batch_io io;
   open_io(opts, io);
+  io.wake.fd = ::eventfd(0, EFD_CLOEXEC);
+  if (io.wake.fd < 0)
+    throw std::runtime_error(std::string{"eventfd: "} + std::strerror(errno));
+  if (opts.resume)
+    spdlog::info("resuming: {} lines of {} already answered", io.answered.count,
+                 opts.output);
   caf::actor_system_config cfg;
   register_protocol(cfg);
   install_scheduler(cfg);
@@ -322,20 +521,39 @@ int run(const cli_options& opts) {
   providers->add(provider);
   auto supervisor = spawn_supervisor(
     sys, provider, make_supervisor_config(opts, block, providers));
-  // Log lines would tear the bar apart: at info and below, the log is the
-  // progress.
-  bool bar = isatty(STDERR_FILENO) == 1 &&
-             spdlog::default_logger()->level() > spdlog::level::info;
-  progress_options progress{bar, io.total};
-  auto writer =
-    std::make_shared<output_writer>(*io.out, opts.concurrency, progress);
+  progress_options progress{bar.enabled() ? &bar : nullptr, io.total};
+  if (io.total && io.answered.count > 0)
+    progress.total = *io.total - std::min(*io.total, io.answered.count);
+  auto wake_fd = io.wake.fd;
+  auto writer = std::make_shared<output_writer>(
+    io.out, opts.concurrency, progress, [wake_fd] { wake(wake_fd); });
   auto driver = spawn_batch_driver(sys, supervisor, writer);
+  // First signal: stop reading, let what is in flight finish. Again: stop
+  // at once; the shutdown below stops every sandbox.
+  signal_watch signals{
+    [&](int sig) {
+      spdlog::warn("{}: not reading more input; waiting for the lines in "
+                   "flight (again to cancel them)",
+                   signal_watch::name(sig));
+      writer->close();
+      wake(wake_fd);
+    },
+    [&](int sig) {
+      spdlog::warn("{} again: cancelling the lines in flight",
+                   signal_watch::name(sig));
+      writer->abort();
+      wake(wake_fd);
+    }};
   spdlog::info("grading on provider {} with concurrency {}", block.name,
                opts.concurrency);
-  auto read_ok = feed(*io.in, *writer, driver, opts.work_dir);
+  line_reader reader{io.in, io.wake.fd, opts.max_line_bytes};
+  auto fed = feed(reader, io, *writer, driver, opts);
   auto write_ok = writer->finish();
   auto wall_s = writer->elapsed_s();
-  auto stats = fetch_stats(sys, supervisor);
+  auto aborted = !write_ok || writer->unwritten() > 0;
+  std::optional<supervisor_stats> stats;
+  if (!aborted)
+    stats = fetch_stats(sys, supervisor);
   memory.end_kib = proc_status_kib("VmRSS:");
   std::tie(memory.cpu_user_s, memory.cpu_system_s) = own_cpu_seconds();
   memory.peak_kib = proc_status_kib("VmHWM:");
@@ -344,18 +562,38 @@ int run(const cli_options& opts) {
   if (stats)
     summary.set_supervisor_stats(*stats);
   summary.set_memory(memory);
+  auto sig = signals.first();
+  batch_end end;
+  end.signal = sig != 0 ? signal_watch::name(sig) : "";
+  end.write_error = writer->failure();
+  end.lines_read = fed.lines_read;
+  end.resumed = fed.resumed;
+  end.unanswered = writer->unwritten();
+  if (io.total && (fed.stopped || !write_ok))
+    end.not_started = *io.total - std::min(*io.total, fed.lines_read);
+  if (!end.signal.empty() || !end.write_error.empty() || end.resumed > 0)
+    summary.set_batch_end(end);
   std::cerr << summary.render(wall_s) << std::flush;
-  if (!opts.summary_json.empty()) {
-    std::ofstream out{opts.summary_json, std::ios::trunc};
-    out << summary.to_json(wall_s).dump(2) << '\n';
-    if (!out)
-      spdlog::error("writing the summary to {} failed", opts.summary_json);
+  bool summary_ok = true;
+  if (io.summary_file.fd >= 0) {
+    auto err =
+      write_text(io.summary_file.fd, summary.to_json(wall_s).dump(2) + "\n");
+    if (err.empty() && ::fsync(io.summary_file.fd) != 0 && errno != EINVAL)
+      err = std::strerror(errno);
+    if (!err.empty()) {
+      spdlog::error("writing the summary to {} failed: {}", opts.summary_json,
+                    err);
+      summary_ok = false;
+    }
   }
-  if (!read_ok)
-    spdlog::error("reading input {} failed", opts.input);
+  if (!fed.read_ok)
+    spdlog::error("reading input {} failed: {}", opts.input, fed.read_error);
   if (!write_ok)
-    spdlog::error("writing output {} failed", opts.output);
-  return read_ok && write_ok ? 0 : 1;
+    spdlog::error("writing output {} failed: {}", opts.output,
+                  writer->failure());
+  if (!fed.read_ok || !write_ok || !summary_ok)
+    return 1;
+  return sig != 0 ? 128 + sig : 0;
 }
 
 } // namespace
@@ -367,9 +605,14 @@ int main(int argc, char** argv) {
   if (opts.concurrency == 0)
     opts.concurrency = default_concurrency();
   std::ios::sync_with_stdio(false);
-  setup_logging(opts.log_level);
+  // Log lines would tear the bar apart: at info and below, the log is the
+  // progress; above it, a log line is printed over the bar, then the bar.
+  terminal_bar bar{isatty(STDERR_FILENO) == 1 &&
+                   spdlog::level::from_str(opts.log_level) >
+                     spdlog::level::info};
+  setup_logging(opts.log_level, bar);
   try {
-    return run(opts);
+    return run(opts, bar);
   } catch (const usage_error& e) {
     std::cerr << "sv-grade: " << e.what() << '\n';
     return 2;
