@@ -111,7 +111,32 @@ def main():
               f"{out['id']}: keys, line")
         check(out["ok"] and out["result"]["reward"] == 1.0,
               f"{out['id']}: {out}", proc)
+    long_line(env, good_line(env))
     print(f"ok: {len(rejected)} rejected, {len(graded)} graded")
+
+
+def good_line(env):
+    return env.jobs("--variant", "canonical", "--limit", "1")[0]
+
+
+def long_line(env, good):
+    """A line over --max-line-bytes is invalid_request and never buffered
+    whole: 100 MB through a 1 MiB limit leaves sv-grade's RSS small."""
+    summary = env.path("long-summary.json")
+    huge = '{"id": "huge", "pad": "' + "x" * (100 << 20) + '"}'
+    text = "\n".join([good, huge, good]) + "\n"
+    proc = env.grade(["--input", "-", "--output", "-", "--max-line-bytes",
+                      str(1 << 20), "--summary-json", summary], stdin=text)
+    check(proc.returncode == 0, f"long line: exit {proc.returncode}", proc)
+    outputs = sorted(parse_output(proc.stdout), key=lambda o: o["line"])
+    check([o["line"] for o in outputs] == [1, 2, 3], "long line: lines")
+    f = outputs[1]["failure"]
+    check(f["failure_kind"] == "invalid_request" and f["message"] ==
+          f"line 2: {len(huge)} bytes, longer than --max-line-bytes "
+          f"{1 << 20}", f"long line: {f}")
+    check(outputs[0]["ok"] and outputs[2]["ok"], "long line: neighbours")
+    peak = json.load(open(summary))["memory_kib"]["rss_peak"] / 1024
+    check(peak < 64, f"long line: peak RSS {peak:.0f} MiB")
 
 
 if __name__ == "__main__":
