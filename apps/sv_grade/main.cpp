@@ -74,8 +74,8 @@ Input: JSONL, one submission a line:
    "config": {"python": "python3", "ready_timeout_s": 60}, "work_dir": "calls"}
   id, files (with sandbox_runner.py) and request are required.
 Output: JSONL, exactly one line per input line, in completion order:
-  {"id", "ok", "mask_sample", "result", "failure", "timings_ms"}
-  A line that cannot be graded gets failure_kind "invalid_request" and "line".
+  {"id", "ok", "mask_sample", "result", "failure", "timings_ms", "line"}
+  A line that cannot be graded gets failure_kind "invalid_request".
 Provider config: JSON {"local": {...settings}, "default_metadata": {...}};
   default {"local": {}}.
 Signals: the first SIGINT/SIGTERM/SIGHUP stops reading, lets what is in
