@@ -19,6 +19,7 @@
 #include "providers/factory.hpp"
 
 #include <CLI/CLI.hpp>
+#include <atomic>
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 #include <caf/scoped_actor.hpp>
@@ -510,6 +511,31 @@ int run(const cli_options& opts, terminal_bar& bar) {
   if (opts.resume)
     spdlog::info("resuming: {} lines of {} already answered", io.answered.count,
                  opts.output);
+  // First signal: stop reading, let what is in flight finish. Again: stop
+  // at once; the shutdown below stops every sandbox. Installed before the
+  // actor system and removed after it is gone, so a signal during its
+  // shutdown cannot kill sv-grade before the sandboxes are stopped.
+  auto wake_fd = io.wake.fd;
+  std::shared_ptr<output_writer> writer_slot; // set once the writer exists
+  auto current_writer = [&writer_slot] {
+    return std::atomic_load(&writer_slot);
+  };
+  signal_watch signals{
+    [&, wake_fd](int sig) {
+      spdlog::warn("{}: not reading more input; waiting for the lines in "
+                   "flight (again to cancel them)",
+                   signal_watch::name(sig));
+      if (auto w = current_writer())
+        w->close();
+      wake(wake_fd);
+    },
+    [&, wake_fd](int sig) {
+      spdlog::warn("{} again: cancelling the lines in flight",
+                   signal_watch::name(sig));
+      if (auto w = current_writer())
+        w->abort();
+      wake(wake_fd);
+    }};
   caf::actor_system_config cfg;
   register_protocol(cfg);
   install_scheduler(cfg);
@@ -524,26 +550,12 @@ int run(const cli_options& opts, terminal_bar& bar) {
   progress_options progress{bar.enabled() ? &bar : nullptr, io.total};
   if (io.total && io.answered.count > 0)
     progress.total = *io.total - std::min(*io.total, io.answered.count);
-  auto wake_fd = io.wake.fd;
   auto writer = std::make_shared<output_writer>(
     io.out, opts.concurrency, progress, [wake_fd] { wake(wake_fd); });
+  std::atomic_store(&writer_slot, writer);
+  if (signals.first() != 0)
+    writer->close(); // a signal came before the writer existed
   auto driver = spawn_batch_driver(sys, supervisor, writer);
-  // First signal: stop reading, let what is in flight finish. Again: stop
-  // at once; the shutdown below stops every sandbox.
-  signal_watch signals{
-    [&](int sig) {
-      spdlog::warn("{}: not reading more input; waiting for the lines in "
-                   "flight (again to cancel them)",
-                   signal_watch::name(sig));
-      writer->close();
-      wake(wake_fd);
-    },
-    [&](int sig) {
-      spdlog::warn("{} again: cancelling the lines in flight",
-                   signal_watch::name(sig));
-      writer->abort();
-      wake(wake_fd);
-    }};
   spdlog::info("grading on provider {} with concurrency {}", block.name,
                opts.concurrency);
   line_reader reader{io.in, io.wake.fd, opts.max_line_bytes};

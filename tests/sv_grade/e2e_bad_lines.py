@@ -136,7 +136,8 @@ def long_line(env, good):
           f"{1 << 20}", f"long line: {f}")
     check(outputs[0]["ok"] and outputs[2]["ok"], "long line: neighbours")
     peak = json.load(open(summary))["memory_kib"]["rss_peak"] / 1024
-    check(peak < 64, f"long line: peak RSS {peak:.0f} MiB")
+    print(f"a 100 MB line through a 1 MiB limit: peak RSS {peak:.0f} MiB")
+    check(peak < 64 or env.sanitized, f"long line: peak RSS {peak:.0f} MiB")
 
 
 if __name__ == "__main__":

@@ -26,6 +26,13 @@ class Env:
         with open(self.provider_config, "w") as f:
             json.dump({"local": {"root": self.path("sandboxes")}}, f)
 
+    @property
+    def sanitized(self):
+        """Whether sv-grade was built with ASan (memory bounds do not hold)."""
+        out = subprocess.run(["ldd", self.sv_grade], capture_output=True,
+                             text=True).stdout
+        return "libasan" in out
+
     def path(self, name):
         return os.path.join(self.dir, name)
 
