@@ -158,7 +158,7 @@ void open_for_reading(std::ifstream& in, const std::string& path,
                       std::strerror(errno));
 }
 
-provider_block load_provider_block(const std::string& path) {
+provider_block load_provider_block(const std::string& path, size_t max_depth) {
   if (path.empty())
     return parse_provider_block(json{{"local", json::object()}});
   std::ifstream in;
@@ -167,7 +167,9 @@ provider_block load_provider_block(const std::string& path) {
                    std::istreambuf_iterator<char>{}};
   auto where = "provider config " + path + ": ";
   json doc;
-  if (auto err = parse_bounded(text, doc); !err.empty())
+  json_limits limits;
+  limits.max_depth = max_depth;
+  if (auto err = parse_bounded(text, doc, limits); !err.empty())
     throw usage_error(where + "not valid JSON: " + err);
   try {
     return parse_provider_block(doc);
@@ -498,11 +500,39 @@ void wake(int fd) {
   }
 }
 
+/// How the batch ended, when that is worth a summary line.
+std::optional<batch_end> how_it_ended(int sig, const feed_result& fed,
+                                      const output_writer& writer,
+                                      std::optional<uint64_t> total) {
+  batch_end end;
+  end.signal = sig != 0 ? signal_watch::name(sig) : "";
+  end.write_error = writer.failure();
+  end.lines_read = fed.lines_read;
+  end.resumed = fed.resumed;
+  end.unanswered = writer.unwritten();
+  if (total && (fed.stopped || !end.write_error.empty()))
+    end.not_started = *total - std::min(*total, fed.lines_read);
+  if (end.signal.empty() && end.write_error.empty() && end.resumed == 0)
+    return std::nullopt;
+  return end;
+}
+
+/// Writes the summary file (opened at the start); false, logged, on error.
+bool write_summary_json(int fd, const std::string& path, const json& doc) {
+  auto err = write_text(fd, doc.dump(2) + "\n");
+  if (err.empty() && ::fsync(fd) != 0 && errno != EINVAL)
+    err = std::strerror(errno);
+  if (err.empty())
+    return true;
+  spdlog::error("writing the summary to {} failed: {}", path, err);
+  return false;
+}
+
 int run(const cli_options& opts, terminal_bar& bar) {
   if (!opts.work_dir.empty() && !is_confined_path(opts.work_dir))
     throw usage_error("--work-dir " + opts.work_dir +
                       ": must be a relative path inside the sandbox");
-  auto block = load_provider_block(opts.provider_config);
+  auto block = load_provider_block(opts.provider_config, opts.max_json_depth);
   batch_io io;
   open_io(opts, io);
   io.wake.fd = ::eventfd(0, EFD_CLOEXEC);
@@ -575,29 +605,13 @@ int run(const cli_options& opts, terminal_bar& bar) {
     summary.set_supervisor_stats(*stats);
   summary.set_memory(memory);
   auto sig = signals.first();
-  batch_end end;
-  end.signal = sig != 0 ? signal_watch::name(sig) : "";
-  end.write_error = writer->failure();
-  end.lines_read = fed.lines_read;
-  end.resumed = fed.resumed;
-  end.unanswered = writer->unwritten();
-  if (io.total && (fed.stopped || !write_ok))
-    end.not_started = *io.total - std::min(*io.total, fed.lines_read);
-  if (!end.signal.empty() || !end.write_error.empty() || end.resumed > 0)
-    summary.set_batch_end(end);
+  if (auto end = how_it_ended(sig, fed, *writer, io.total))
+    summary.set_batch_end(*end);
   std::cerr << summary.render(wall_s) << std::flush;
   bool summary_ok = true;
-  if (io.summary_file.fd >= 0) {
-    auto err =
-      write_text(io.summary_file.fd, summary.to_json(wall_s).dump(2) + "\n");
-    if (err.empty() && ::fsync(io.summary_file.fd) != 0 && errno != EINVAL)
-      err = std::strerror(errno);
-    if (!err.empty()) {
-      spdlog::error("writing the summary to {} failed: {}", opts.summary_json,
-                    err);
-      summary_ok = false;
-    }
-  }
+  if (io.summary_file.fd >= 0)
+    summary_ok = write_summary_json(io.summary_file.fd, opts.summary_json,
+                                    summary.to_json(wall_s));
   if (!fed.read_ok)
     spdlog::error("reading input {} failed: {}", opts.input, fed.read_error);
   if (!write_ok)
