@@ -7,6 +7,7 @@
 #include "actors/scheduler.hpp"
 #include "actors/supervisor.hpp"
 #include "apps/sv_grade/batch_driver.hpp"
+#include "apps/sv_grade/batch_io.hpp"
 #include "apps/sv_grade/batch_line.hpp"
 #include "apps/sv_grade/line_reader.hpp"
 #include "apps/sv_grade/output_writer.hpp"
@@ -61,11 +62,6 @@ struct cli_options {
   size_t max_json_depth = default_max_json_depth;
   size_t max_line_bytes = size_t{64} << 20;
   bool resume = false;
-};
-
-/// A problem with how sv-grade was called: message, exit status 2.
-struct usage_error : std::runtime_error {
-  using std::runtime_error::runtime_error;
 };
 
 constexpr const char* help_footer = R"(
@@ -265,21 +261,6 @@ void shut_down(caf::actor_system& sys, const caf::actor& driver,
   providers.shut_down();
 }
 
-/// Lines in a file (a last line without newline counts), for the bar.
-uint64_t count_lines(const std::string& path) {
-  std::ifstream in{path, std::ios::binary};
-  uint64_t n = 0;
-  char last = '\n';
-  char buf[1 << 16];
-  while (in.read(buf, sizeof(buf)) || in.gcount() > 0) {
-    auto got = static_cast<size_t>(in.gcount());
-    for (size_t i = 0; i < got; ++i)
-      n += buf[i] == '\n' ? 1 : 0;
-    last = buf[got - 1];
-  }
-  return n + (last != '\n' ? 1 : 0);
-}
-
 /// spdlog's lines go above the progress bar, which is redrawn after them.
 class bar_sink : public spdlog::sinks::base_sink<std::mutex> {
 public:
@@ -311,96 +292,6 @@ void setup_logging(const std::string& level, terminal_bar& bar) {
 size_t default_concurrency() {
   auto n = std::thread::hardware_concurrency();
   return 2 * static_cast<size_t>(n > 0 ? n : 1);
-}
-
-/// An owned file descriptor.
-struct fd_guard {
-  int fd = -1;
-  fd_guard() = default;
-  explicit fd_guard(int x) : fd(x) {}
-  fd_guard(const fd_guard&) = delete;
-  fd_guard& operator=(const fd_guard&) = delete;
-  ~fd_guard() {
-    if (fd >= 0)
-      ::close(fd);
-  }
-};
-
-struct batch_io {
-  int in = STDIN_FILENO;
-  int out = STDOUT_FILENO;
-  fd_guard in_file;
-  fd_guard out_file;
-  fd_guard summary_file;
-  /// Lines in the input, when it is a file.
-  std::optional<uint64_t> total;
-  answered_lines answered;
-  /// Wakes the reader (a signal or a write error says stop).
-  fd_guard wake;
-};
-
-bool same_file(const struct stat& a, const struct stat& b) {
-  return a.st_dev == b.st_dev && a.st_ino == b.st_ino;
-}
-
-/// Opens input, output and summary; refuses an output that is the input
-/// (any path to the same inode) before anything is opened for writing.
-void open_io(const cli_options& opts, batch_io& io) {
-  if (opts.input != "-") {
-    if (std::filesystem::is_directory(opts.input))
-      throw usage_error("input " + opts.input + ": is a directory");
-    io.in_file.fd = ::open(opts.input.c_str(), O_RDONLY | O_CLOEXEC);
-    if (io.in_file.fd < 0)
-      throw usage_error("input " + opts.input + ": " + std::strerror(errno));
-    io.in = io.in_file.fd;
-    io.total = count_lines(opts.input);
-  }
-  struct stat in_st {};
-  bool in_known = ::fstat(io.in, &in_st) == 0 && S_ISREG(in_st.st_mode);
-  struct stat out_st {};
-  if (opts.output != "-") {
-    if (in_known && ::stat(opts.output.c_str(), &out_st) == 0 &&
-        same_file(in_st, out_st))
-      throw usage_error("--output " + opts.output +
-                        " is the input file: it would be overwritten");
-  } else if (in_known && ::fstat(STDOUT_FILENO, &out_st) == 0 &&
-             same_file(in_st, out_st)) {
-    throw usage_error("standard output is the input file");
-  }
-  if (opts.resume && opts.output == "-")
-    throw usage_error("--resume needs --output FILE");
-  if (!opts.summary_json.empty()) {
-    io.summary_file.fd = ::open(opts.summary_json.c_str(),
-                                O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (io.summary_file.fd < 0)
-      throw std::runtime_error("--summary-json " + opts.summary_json + ": " +
-                               std::strerror(errno));
-  }
-  if (opts.output == "-")
-    return;
-  int flags = O_WRONLY | O_CREAT | O_CLOEXEC;
-  if (opts.resume) {
-    io.answered = read_answered(opts.output);
-  } else {
-    flags |= O_TRUNC;
-  }
-  io.out_file.fd = ::open(opts.output.c_str(), flags, 0644);
-  if (io.out_file.fd < 0)
-    throw usage_error("output " + opts.output + ": " + std::strerror(errno));
-  io.out = io.out_file.fd;
-  if (opts.resume) {
-    struct stat st {};
-    if (::fstat(io.out, &st) == 0 && S_ISREG(st.st_mode)) {
-      if (io.answered.torn &&
-          ::ftruncate(io.out, static_cast<off_t>(io.answered.good_bytes)) != 0)
-        throw std::runtime_error(
-          "output " + opts.output +
-          ": cannot cut its torn last line: " + std::strerror(errno));
-      ::lseek(io.out, 0, SEEK_END);
-    }
-    if (io.answered.torn)
-      spdlog::warn("output {}: cut off a torn last line", opts.output);
-  }
 }
 
 /// What `feed` did.
@@ -534,7 +425,7 @@ int run(const cli_options& opts, terminal_bar& bar) {
                       ": must be a relative path inside the sandbox");
   auto block = load_provider_block(opts.provider_config, opts.max_json_depth);
   batch_io io;
-  open_io(opts, io);
+  open_io({opts.input, opts.output, opts.summary_json, opts.resume}, io);
   io.wake.fd = ::eventfd(0, EFD_CLOEXEC);
   if (io.wake.fd < 0)
     throw std::runtime_error(std::string{"eventfd: "} + std::strerror(errno));
