@@ -41,6 +41,9 @@ def root_is_clean(env):
     root = env.path("sandboxes")
     left = os.listdir(root) if os.path.isdir(root) else []
     check(left == [], f"sandboxes left: {left}")
+    with open("/proc/self/mountinfo") as f:
+        mounts = [line for line in f if root in line]
+    check(mounts == [], f"mounts left: {mounts}")
     for pid in os.listdir("/proc"):
         try:
             cwd = os.readlink(f"/proc/{pid}/cwd")
@@ -132,6 +135,20 @@ def second_signal_cancels(env):
     root_is_clean(env)
 
 
+def hangup(env):
+    inp, out = env.path("hup.jsonl"), env.path("hup-out.jsonl")
+    with open(inp, "w") as f:
+        f.write(batch(env, 6, 0.3))
+    proc = sv_grade(env, ["--input", inp, "--output", out, "--concurrency",
+                          "2"])
+    wait_for_sandboxes(env)
+    proc.send_signal(signal.SIGHUP)
+    rc, err = finish(proc)
+    check(rc == 129 and "stopped      by SIGHUP" in err, f"SIGHUP: {rc}\n{err}")
+    check(0 < len(output_lines(out)) < 6, "SIGHUP: in-flight lines written")
+    root_is_clean(env)
+
+
 def closed_pipe(env):
     proc = subprocess.Popen([env.sv_grade, "--provider-config",
                              env.provider_config, "--input", "-", "--output",
@@ -186,6 +203,7 @@ def main():
     env = Env(sys.argv)
     interrupt_and_resume(env)
     second_signal_cancels(env)
+    hangup(env)
     closed_pipe(env)
     full_output(env)
     filling_tmpfs(env)
