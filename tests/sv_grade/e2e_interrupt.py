@@ -9,6 +9,7 @@ no process of the run is left."""
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -37,6 +38,26 @@ def sv_grade(env, args, **kw):
                             stderr=subprocess.PIPE, text=True, **kw)
 
 
+def processes_in(root):
+    found = []
+    for pid in os.listdir("/proc"):
+        try:
+            cwd = os.readlink(f"/proc/{pid}/cwd")
+        except OSError:
+            continue
+        if cwd.startswith(root):
+            found.append((pid, cwd))
+    return found
+
+
+def cmdline(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
 def root_is_clean(env):
     root = env.path("sandboxes")
     left = os.listdir(root) if os.path.isdir(root) else []
@@ -44,12 +65,8 @@ def root_is_clean(env):
     with open("/proc/self/mountinfo") as f:
         mounts = [line for line in f if root in line]
     check(mounts == [], f"mounts left: {mounts}")
-    for pid in os.listdir("/proc"):
-        try:
-            cwd = os.readlink(f"/proc/{pid}/cwd")
-        except OSError:
-            continue
-        check(not cwd.startswith(root), f"process {pid} left in {cwd}")
+    left = processes_in(root)
+    check(left == [], f"processes left: {left}")
 
 
 def wait_for_sandboxes(env, deadline=10):
@@ -116,14 +133,40 @@ def interrupt_and_resume(env):
     root_is_clean(env)
 
 
-def second_signal_cancels(env):
-    inp, out = env.path("slow.jsonl"), env.path("slow-out.jsonl")
+DAEMON = """import subprocess, sys, time
+subprocess.Popen(["sleep", "60"], start_new_session=True)
+time.sleep(20)
+"""
+
+
+def second_signal_cancels(env, isolation):
+    """With isolation none, each runner also leaves a daemon in its own
+    session: the cancelled sandboxes' processes must all be gone."""
+    inp = env.path(f"slow-{isolation}.jsonl")
+    out = env.path(f"slow-out-{isolation}.jsonl")
+    runner = DAEMON if isolation == "none" else RUNNER.format(sleep=20, pad="")
     with open(inp, "w") as f:
-        f.write(batch(env, 6, 20))
+        for i in range(6):
+            f.write(json.dumps({"id": f"d{i}",
+                                "files": {"sandbox_runner.py": runner},
+                                "request": {}, "exec_timeout_s": 30,
+                                "config": {"python": env.python}}) + "\n")
+    config = env.path(f"provider-{isolation}.json")
+    with open(config, "w") as f:
+        json.dump({"local": {"root": env.path("sandboxes"),
+                             "isolation": isolation}}, f)
     start = time.monotonic()
-    proc = sv_grade(env, ["--input", inp, "--output", out, "--concurrency",
-                          "3"])
+    proc = subprocess.Popen([env.sv_grade, "--provider-config", config,
+                             "--input", inp, "--output", out,
+                             "--concurrency", "3"],
+                            stderr=subprocess.PIPE, text=True)
     wait_for_sandboxes(env)
+    if isolation == "none":  # wait for a daemon to exist
+        end = time.monotonic() + 10
+        while not any(cmdline(pid).startswith("sleep")
+                      for pid, _ in processes_in(env.path("sandboxes"))):
+            check(time.monotonic() < end, "no daemon started")
+            time.sleep(0.02)
     proc.send_signal(signal.SIGTERM)
     time.sleep(0.2)
     proc.send_signal(signal.SIGTERM)
@@ -202,7 +245,10 @@ def filling_tmpfs(env):
 def main():
     env = Env(sys.argv)
     interrupt_and_resume(env)
-    second_signal_cancels(env)
+    for isolation in ("bwrap", "none"):
+        if isolation == "bwrap" and not shutil.which("bwrap"):
+            continue
+        second_signal_cancels(env, isolation)
     hangup(env)
     closed_pipe(env)
     full_output(env)
