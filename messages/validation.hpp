@@ -20,12 +20,30 @@ inline constexpr std::string_view runner_file_name = "sandbox_runner.py";
 /// clock duration can overflow.
 inline constexpr double max_timeout_s = 7 * 24 * 3600.0;
 
+/// Shortest deadline accepted (1 ms): below it nothing can run, and tiny
+/// values (1e-320) only hide mistakes.
+inline constexpr double min_timeout_s = 0.001;
+
+/// What the verification actor adds to ready + exec for the sandbox TTL
+/// (actors/verification.hpp, ttl_margin_s); the TTL must stay within
+/// `max_timeout_s`, so a request is refused before create if it cannot.
+inline constexpr double sandbox_ttl_margin_s = 300;
+
+/// Longest path component a file system takes (NAME_MAX).
+inline constexpr size_t max_path_component = 255;
+
 /// Whether `path` stays inside the directory it is relative to: not empty,
-/// not absolute, no empty, `.` or `..` component, no NUL byte.
+/// not absolute, no empty, `.` or `..` component, no NUL byte, no component
+/// longer than `max_path_component`.
 bool is_confined_path(std::string_view path);
 
+/// Whether `name` can be an environment variable's name: not empty, no `=`,
+/// no NUL byte.
+bool is_env_name(std::string_view name);
+
 /// Empty when `req` can be graded; otherwise what is wrong, naming the field
-/// ("files: missing sandbox_runner.py").
+/// ("files: missing sandbox_runner.py"), quoting at most ~200 bytes of a
+/// value.
 std::string validate(const verification_request& req);
 
 } // namespace sv

@@ -1,5 +1,6 @@
 #include "apps/sv_grade/batch_driver.hpp"
 
+#include "actors/quiet.hpp"
 #include "apps/sv_grade/batch_line.hpp"
 #include "apps/sv_grade/output_writer.hpp"
 #include "messages/errors.hpp"
@@ -18,21 +19,27 @@ namespace sv::grade {
 
 namespace {
 
-/// The line of a request the supervisor never answered.
+/// The line of a request the supervisor never answered. A lost reply is
+/// the grader's own infrastructure failing, never the submission's: it is
+/// provider_unavailable (masked, and not blamed on the runner as a
+/// verifier_error would be), with state queue and a message saying so.
 batch_entry lost_reply(std::string id, uint64_t line, const caf::error& err,
                        std::chrono::milliseconds timeout) {
   batch_entry entry;
   entry.line = line;
   if (err == caf::sec::request_timeout) {
     auto s = std::to_string(timeout.count() / 1000);
-    entry.outcome =
-      make_failed_outcome(std::move(id), failure_kind::verifier_error,
-                          verification_state::queue, failure_cause::timeout,
-                          "the supervisor did not answer within " + s + " s");
+    entry.outcome = make_failed_outcome(
+      std::move(id), failure_kind::provider_unavailable,
+      verification_state::queue, failure_cause::timeout,
+      "sv-grade lost the supervisor's reply: none within " + s +
+        " s (the sum of the line's deadlines and a margin)");
   } else {
     entry.outcome = make_failed_outcome(
-      std::move(id), failure_kind::verifier_error, verification_state::queue,
-      failure_cause::crash, "the supervisor failed: " + describe(err));
+      std::move(id), failure_kind::provider_unavailable,
+      verification_state::queue, failure_cause::crash,
+      "sv-grade lost the supervisor's reply: the supervisor failed: " +
+        describe(err));
   }
   return entry;
 }
@@ -117,6 +124,7 @@ void fail_all(driver_ptr self, output_writer& writer, const caf::error& why) {
 
 caf::behavior batch_driver(driver_ptr self, supervisor_actor supervisor,
                            std::shared_ptr<output_writer> writer) {
+  self->set_default_handler(sv::log_and_drop_unexpected);
   self->monitor(supervisor);
   self->set_down_handler([self, writer](caf::down_msg& dm) {
     fail_all(self, *writer,

@@ -1,5 +1,6 @@
 #include "apps/sv_grade/batch_line.hpp"
 
+#include "messages/bounded_json.hpp"
 #include "messages/json.hpp"
 #include "messages/validation.hpp"
 
@@ -42,17 +43,15 @@ std::string parse_reason(const json::exception& e) {
 }
 
 parsed_line parse_batch_line(std::string_view text, uint64_t line_no,
-                             const std::string& default_work_dir) {
+                             const std::string& default_work_dir,
+                             const json_limits& limits) {
   if (!text.empty() && text.back() == '\r')
     text.remove_suffix(1);
   if (is_blank(text))
     return reject(line_no, nullptr, "empty line (expected a JSON object)");
   json doc;
-  try {
-    doc = json::parse(text);
-  } catch (const json::exception& e) {
-    return reject(line_no, nullptr, "not valid JSON: " + parse_reason(e));
-  }
+  if (auto err = parse_bounded(text, doc, limits); !err.empty())
+    return reject(line_no, nullptr, "not valid JSON: " + err);
   parsed_line out;
   try {
     from_json(doc, out.request);
@@ -67,18 +66,57 @@ parsed_line parse_batch_line(std::string_view text, uint64_t line_no,
   return out;
 }
 
-std::string render_output_line(const batch_entry& entry) {
-  json j = entry.outcome;
-  // The contract's key order, so that a person reading the output sees the
-  // id first.
-  nlohmann::ordered_json out;
-  out["id"] = entry.invalid && !entry.id_known ? json(nullptr) : j["id"];
-  for (auto key : {"ok", "mask_sample", "result", "failure", "timings_ms"})
-    out[key] = std::move(j[key]);
-  if (entry.invalid)
-    out["line"] = entry.line;
+output_line_parts render_output_parts(const batch_entry& entry) {
+  auto& x = entry.outcome;
   // Replace invalid UTF-8 (say, in a runner log tail) instead of throwing.
-  return out.dump(-1, ' ', false, json::error_handler_t::replace);
+  auto dump = [](const json& j) {
+    return j.dump(-1, ' ', false, json::error_handler_t::replace);
+  };
+  // The contract's key order, so that a person reading the output sees the
+  // id first. Built piecewise: a result kept as text is never copied.
+  output_line_parts out;
+  auto& head = out.head;
+  head = "{\"id\":";
+  head += entry.invalid && !entry.id_known ? "null" : dump(json(x.id));
+  head += x.ok ? ",\"ok\":true,\"mask_sample\":false,\"result\":"
+               : ",\"ok\":false,\"mask_sample\":true,\"result\":";
+  if (!x.ok)
+    head += "null";
+  else if (out.result_text = json_text_of(x.result); out.result_text == nullptr)
+    head += dump(x.result);
+  auto& tail = out.tail;
+  tail = ",\"failure\":";
+  tail += x.ok ? "null" : dump(json(x.failure));
+  tail += ",\"timings_ms\":" + dump(json(x.timings));
+  tail += ",\"line\":" + std::to_string(entry.line) + "}";
+  return out;
+}
+
+std::string render_output_line(const batch_entry& entry) {
+  auto parts = render_output_parts(entry);
+  if (parts.result_text != nullptr)
+    parts.head.append(parts.result_text->begin(), parts.result_text->end());
+  return parts.head + parts.tail;
+}
+
+bool parse_result_text(const std::string& text, json& result,
+                       std::string& error, const json_limits& limits,
+                       size_t dom_max_bytes) {
+  if (text.size() <= dom_max_bytes) {
+    error = parse_bounded(text, result, limits);
+    if (error.empty() && !result.is_object())
+      error = std::string{"expected a JSON object, got "} + result.type_name();
+    return error.empty();
+  }
+  // Large results stay text: a DOM costs ~10x the text for small numbers.
+  json_text_info info;
+  error = check_bounded(text, info, limits);
+  if (error.empty() && !info.is_object)
+    error = "expected a JSON object";
+  if (!error.empty())
+    return false;
+  result = make_json_text_value(minify_json_text(text), info.reward);
+  return true;
 }
 
 verification_outcome make_failed_outcome(std::string id, failure_kind kind,

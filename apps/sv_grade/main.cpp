@@ -7,30 +7,40 @@
 #include "actors/scheduler.hpp"
 #include "actors/supervisor.hpp"
 #include "apps/sv_grade/batch_driver.hpp"
+#include "apps/sv_grade/batch_io.hpp"
 #include "apps/sv_grade/batch_line.hpp"
+#include "apps/sv_grade/line_reader.hpp"
 #include "apps/sv_grade/output_writer.hpp"
+#include "apps/sv_grade/resume.hpp"
+#include "apps/sv_grade/signals.hpp"
+#include "messages/bounded_json.hpp"
 #include "messages/json.hpp"
 #include "messages/registry.hpp"
 #include "messages/validation.hpp"
 #include "providers/factory.hpp"
 
 #include <CLI/CLI.hpp>
+#include <atomic>
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 #include <caf/scoped_actor.hpp>
 #include <caf/send.hpp>
 #include <cerrno>
 #include <cstring>
+#include <fcntl.h>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <spdlog/sinks/base_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <stdexcept>
 #include <string>
+#include <sys/eventfd.h>
+#include <sys/stat.h>
 #include <thread>
 #include <unistd.h>
 #include <vector>
@@ -49,11 +59,9 @@ struct cli_options {
   std::string log_level = "warn";
   std::string summary_json;
   size_t max_creating = 16;
-};
-
-/// A problem with how sv-grade was called: message, exit status 2.
-struct usage_error : std::runtime_error {
-  using std::runtime_error::runtime_error;
+  size_t max_json_depth = default_max_json_depth;
+  size_t max_line_bytes = size_t{64} << 20;
+  bool resume = false;
 };
 
 constexpr const char* help_footer = R"(
@@ -63,12 +71,17 @@ Input: JSONL, one submission a line:
    "config": {"python": "python3", "ready_timeout_s": 60}, "work_dir": "calls"}
   id, files (with sandbox_runner.py) and request are required.
 Output: JSONL, exactly one line per input line, in completion order:
-  {"id", "ok", "mask_sample", "result", "failure", "timings_ms"}
-  A line that cannot be graded gets failure_kind "invalid_request" and "line".
+  {"id", "ok", "mask_sample", "result", "failure", "timings_ms", "line"}
+  A line that cannot be graded gets failure_kind "invalid_request".
 Provider config: JSON {"local": {...settings}, "default_metadata": {...}};
   default {"local": {}}.
+Signals: the first SIGINT/SIGTERM/SIGHUP stops reading, lets what is in
+  flight finish, writes the summary and exits 130/143/129; a second one
+  cancels what is in flight (its sandboxes stopped) and exits at once.
+--resume: skip the input lines the output file already answers, append.
 Exit status: 0 when every input line got an output line, whatever the
-verdicts; 2 on a usage error; 1 when reading or writing failed.
+verdicts; 2 on a usage error; 1 when reading or writing failed
+(--summary-json too); 128 + the signal when interrupted.
 Example:
   examples/humaneval/make_jobs.py | sv-grade --input - --output results.jsonl
 )";
@@ -103,12 +116,29 @@ std::optional<int> parse_cli(int argc, char** argv, cli_options& opts) {
                 "from bursts of creates)")
     ->capture_default_str()
     ->check(CLI::Range(size_t{1}, size_t{1000000}));
+  app
+    .add_option("--max-json-depth", opts.max_json_depth,
+                "deepest nesting accepted in input lines, results and "
+                "provider configs")
+    ->capture_default_str()
+    ->check(CLI::Range(size_t{1}, size_t{100000}));
+  app
+    .add_option("--max-line-bytes", opts.max_line_bytes,
+                "longest input line; a longer one is invalid_request, "
+                "never buffered whole")
+    ->capture_default_str()
+    ->check(CLI::Range(size_t{1}, size_t{1} << 40));
   app.add_option("--summary-json", opts.summary_json,
                  "also write the summary as JSON to this file");
+  app.add_flag("--resume", opts.resume,
+               "keep the output file's complete lines, repair a torn last "
+               "line, grade only the input lines it does not answer, append");
+  app.set_version_flag("--version", std::string{"sv-grade "} + SV_VERSION);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help and --version exit 0; every usage error exits 2 (README).
+    return app.exit(e) == 0 ? 0 : 2;
   }
   return std::nullopt;
 }
@@ -124,7 +154,7 @@ void open_for_reading(std::ifstream& in, const std::string& path,
                       std::strerror(errno));
 }
 
-provider_block load_provider_block(const std::string& path) {
+provider_block load_provider_block(const std::string& path, size_t max_depth) {
   if (path.empty())
     return parse_provider_block(json{{"local", json::object()}});
   std::ifstream in;
@@ -133,11 +163,10 @@ provider_block load_provider_block(const std::string& path) {
                    std::istreambuf_iterator<char>{}};
   auto where = "provider config " + path + ": ";
   json doc;
-  try {
-    doc = json::parse(text);
-  } catch (const json::exception& e) {
-    throw usage_error(where + "not valid JSON: " + parse_reason(e));
-  }
+  json_limits limits;
+  limits.max_depth = max_depth;
+  if (auto err = parse_bounded(text, doc, limits); !err.empty())
+    throw usage_error(where + "not valid JSON: " + err);
   try {
     return parse_provider_block(doc);
   } catch (const json_error& e) {
@@ -188,6 +217,12 @@ supervisor_config make_supervisor_config(const cli_options& opts,
   cfg.max_in_flight = opts.concurrency;
   cfg.max_creating = opts.max_creating;
   cfg.default_metadata = block.default_metadata;
+  json_limits limits;
+  limits.max_depth = opts.max_json_depth;
+  cfg.parser = [limits](const std::string& text, json& result,
+                        std::string& error) {
+    return parse_result_text(text, result, error, limits);
+  };
   // A provider that dies mid-batch fails what it had in flight; the rest of
   // the batch goes on with a fresh one. The supervisor calls this off its
   // scheduler threads (it may take seconds: python resolution, the isolation
@@ -229,23 +264,30 @@ void shut_down(caf::actor_system& sys, const caf::actor& driver,
   providers.shut_down();
 }
 
-/// Lines in a file (a last line without newline counts), for the bar.
-uint64_t count_lines(const std::string& path) {
-  std::ifstream in{path, std::ios::binary};
-  uint64_t n = 0;
-  char last = '\n';
-  char buf[1 << 16];
-  while (in.read(buf, sizeof(buf)) || in.gcount() > 0) {
-    auto got = static_cast<size_t>(in.gcount());
-    for (size_t i = 0; i < got; ++i)
-      n += buf[i] == '\n' ? 1 : 0;
-    last = buf[got - 1];
-  }
-  return n + (last != '\n' ? 1 : 0);
-}
+/// spdlog's lines go above the progress bar, which is redrawn after them.
+class bar_sink : public spdlog::sinks::base_sink<std::mutex> {
+public:
+  explicit bar_sink(terminal_bar& bar) : bar_(bar) {}
 
-void setup_logging(const std::string& level) {
-  auto logger = spdlog::stderr_color_mt("sv-grade");
+protected:
+  void sink_it_(const spdlog::details::log_msg& msg) override {
+    spdlog::memory_buf_t buf;
+    formatter_->format(msg, buf);
+    bar_.print(fmt::to_string(buf));
+  }
+  void flush_() override {}
+
+private:
+  terminal_bar& bar_;
+};
+
+void setup_logging(const std::string& level, terminal_bar& bar) {
+  std::shared_ptr<spdlog::logger> logger;
+  if (bar.enabled())
+    logger = std::make_shared<spdlog::logger>("sv-grade",
+                                              std::make_shared<bar_sink>(bar));
+  else
+    logger = spdlog::stderr_color_mt("sv-grade");
   spdlog::set_default_logger(logger);
   spdlog::set_level(spdlog::level::from_str(level));
 }
@@ -255,53 +297,169 @@ size_t default_concurrency() {
   return 2 * static_cast<size_t>(n > 0 ? n : 1);
 }
 
-/// Reads every input line and hands it on; returns false on a read error.
-bool feed(std::istream& in, output_writer& writer, caf::actor driver,
-          const std::string& work_dir) {
+/// What `feed` did.
+struct feed_result {
+  bool read_ok = true;
+  std::string read_error;
+  uint64_t lines_read = 0;
+  uint64_t resumed = 0;
+  bool stopped = false;
+};
+
+bool already_answered(const answered_lines& answered, uint64_t line_no,
+                      const parsed_line& parsed) {
+  if (answered.lines.count(line_no) != 0)
+    return true;
+  if (answered.ids.empty())
+    return false;
+  auto& id = parsed.ok ? parsed.request.id : parsed.rejected.outcome.id;
+  return answered.ids.count(id) != 0;
+}
+
+/// Reads every input line and hands it on, until the input ends, a read
+/// fails, or the batch is told to stop.
+feed_result feed(line_reader& reader, const batch_io& io, output_writer& writer,
+                 caf::actor driver, const cli_options& opts) {
+  feed_result out;
+  json_limits limits;
+  limits.max_depth = opts.max_json_depth;
+  limits.max_bytes = opts.max_line_bytes;
   std::string text;
   uint64_t line_no = 0;
-  while (std::getline(in, text)) {
+  for (;;) {
+    auto st = reader.next(text);
+    if (st == line_reader::status::end)
+      break;
+    if (st == line_reader::status::stopped) {
+      out.stopped = true;
+      break;
+    }
+    if (st == line_reader::status::error) {
+      out.read_ok = false;
+      out.read_error = reader.error();
+      break;
+    }
     ++line_no;
-    writer.acquire();
-    auto parsed = parse_batch_line(text, line_no, work_dir);
+    parsed_line parsed;
+    if (st == line_reader::status::too_long) {
+      parsed.rejected.line = line_no;
+      parsed.rejected.invalid = true;
+      parsed.rejected.id_known = false;
+      parsed.rejected.outcome = make_failed_outcome(
+        {}, failure_kind::invalid_request, verification_state::validate,
+        failure_cause::invalid_request,
+        "line " + std::to_string(line_no) + ": " +
+          std::to_string(reader.skipped()) +
+          " bytes, longer than --max-line-bytes " +
+          std::to_string(opts.max_line_bytes));
+    } else {
+      parsed = parse_batch_line(text, line_no, opts.work_dir, limits);
+    }
+    if (already_answered(io.answered, line_no, parsed)) {
+      ++out.resumed;
+      continue;
+    }
+    if (!writer.acquire()) {
+      out.stopped = true;
+      --line_no;
+      break;
+    }
+    out.lines_read = line_no;
     if (!parsed.ok)
       writer.push(std::move(parsed.rejected));
     else
       caf::anon_send(driver, line_no, std::move(parsed.request));
   }
-  return !in.bad();
+  out.lines_read = line_no;
+  return out;
 }
 
-struct batch_io {
-  std::istream* in = &std::cin;
-  std::ostream* out = &std::cout;
-  std::ifstream in_file;
-  std::ofstream out_file;
-  std::optional<uint64_t> total;
-};
-
-void open_io(const cli_options& opts, batch_io& io) {
-  if (opts.input != "-") {
-    open_for_reading(io.in_file, opts.input, "input");
-    io.in = &io.in_file;
-    if (isatty(STDERR_FILENO) == 1) // the total only feeds the bar
-      io.total = count_lines(opts.input);
+/// Writes `text` to a descriptor; the system's message on failure.
+std::string write_text(int fd, const std::string& text) {
+  size_t done = 0;
+  while (done < text.size()) {
+    auto n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0)
+      return std::strerror(errno);
+    done += static_cast<size_t>(n);
   }
-  if (opts.output != "-") {
-    io.out_file.open(opts.output, std::ios::binary | std::ios::trunc);
-    if (!io.out_file)
-      throw usage_error("output " + opts.output + ": " + std::strerror(errno));
-    io.out = &io.out_file;
+  return {};
+}
+
+void wake(int fd) {
+  uint64_t one = 1;
+  while (::write(fd, &one, sizeof(one)) < 0 && errno == EINTR) {
   }
 }
 
-int run(const cli_options& opts) {
+/// How the batch ended, when that is worth a summary line.
+std::optional<batch_end> how_it_ended(int sig, const feed_result& fed,
+                                      const output_writer& writer,
+                                      std::optional<uint64_t> total) {
+  batch_end end;
+  end.signal = sig != 0 ? signal_watch::name(sig) : "";
+  end.write_error = writer.failure();
+  end.lines_read = fed.lines_read;
+  end.resumed = fed.resumed;
+  end.unanswered = writer.unwritten();
+  if (total && (fed.stopped || !end.write_error.empty()))
+    end.not_started = *total - std::min(*total, fed.lines_read);
+  if (end.signal.empty() && end.write_error.empty() && end.resumed == 0)
+    return std::nullopt;
+  return end;
+}
+
+/// Writes the summary file (opened at the start); false, logged, on error.
+bool write_summary_json(int fd, const std::string& path, const json& doc) {
+  auto err = write_text(fd, doc.dump(2) + "\n");
+  if (err.empty() && ::fsync(fd) != 0 && errno != EINVAL)
+    err = std::strerror(errno);
+  if (err.empty())
+    return true;
+  spdlog::error("writing the summary to {} failed: {}", path, err);
+  return false;
+}
+
+int run(const cli_options& opts, terminal_bar& bar) {
   if (!opts.work_dir.empty() && !is_confined_path(opts.work_dir))
     throw usage_error("--work-dir " + opts.work_dir +
                       ": must be a relative path inside the sandbox");
-  auto block = load_provider_block(opts.provider_config);
+  auto block = load_provider_block(opts.provider_config, opts.max_json_depth);
   batch_io io;
-  open_io(opts, io);
+  open_io({opts.input, opts.output, opts.summary_json, opts.resume}, io);
+  io.wake.fd = ::eventfd(0, EFD_CLOEXEC);
+  if (io.wake.fd < 0)
+    throw std::runtime_error(std::string{"eventfd: "} + std::strerror(errno));
+  if (opts.resume)
+    spdlog::info("resuming: {} lines of {} already answered", io.answered.count,
+                 opts.output);
+  // First signal: stop reading, let what is in flight finish. Again: stop
+  // at once; the shutdown below stops every sandbox. Installed before the
+  // actor system and removed after it is gone, so a signal during its
+  // shutdown cannot kill sv-grade before the sandboxes are stopped.
+  auto wake_fd = io.wake.fd;
+  std::shared_ptr<output_writer> writer_slot; // set once the writer exists
+  auto current_writer = [&writer_slot] {
+    return std::atomic_load(&writer_slot);
+  };
+  signal_watch signals{
+    [&, wake_fd](int sig) {
+      spdlog::warn("{}: not reading more input; waiting for the lines in "
+                   "flight (again to cancel them)",
+                   signal_watch::name(sig));
+      if (auto w = current_writer())
+        w->close();
+      wake(wake_fd);
+    },
+    [&, wake_fd](int sig) {
+      spdlog::warn("{} again: cancelling the lines in flight",
+                   signal_watch::name(sig));
+      if (auto w = current_writer())
+        w->abort();
+      wake(wake_fd);
+    }};
   caf::actor_system_config cfg;
   register_protocol(cfg);
   install_scheduler(cfg);
@@ -313,20 +471,25 @@ int run(const cli_options& opts) {
   providers->add(provider);
   auto supervisor = spawn_supervisor(
     sys, provider, make_supervisor_config(opts, block, providers));
-  // Log lines would tear the bar apart: at info and below, the log is the
-  // progress.
-  bool bar = isatty(STDERR_FILENO) == 1 &&
-             spdlog::default_logger()->level() > spdlog::level::info;
-  progress_options progress{bar, io.total};
-  auto writer =
-    std::make_shared<output_writer>(*io.out, opts.concurrency, progress);
+  progress_options progress{bar.enabled() ? &bar : nullptr, io.total};
+  if (io.total && io.answered.count > 0)
+    progress.total = *io.total - std::min(*io.total, io.answered.count);
+  auto writer = std::make_shared<output_writer>(
+    io.out, opts.concurrency, progress, [wake_fd] { wake(wake_fd); });
+  std::atomic_store(&writer_slot, writer);
+  if (signals.first() != 0)
+    writer->close(); // a signal came before the writer existed
   auto driver = spawn_batch_driver(sys, supervisor, writer);
   spdlog::info("grading on provider {} with concurrency {}", block.name,
                opts.concurrency);
-  auto read_ok = feed(*io.in, *writer, driver, opts.work_dir);
+  line_reader reader{io.in, io.wake.fd, opts.max_line_bytes};
+  auto fed = feed(reader, io, *writer, driver, opts);
   auto write_ok = writer->finish();
   auto wall_s = writer->elapsed_s();
-  auto stats = fetch_stats(sys, supervisor);
+  auto aborted = !write_ok || writer->unwritten() > 0;
+  std::optional<supervisor_stats> stats;
+  if (!aborted)
+    stats = fetch_stats(sys, supervisor);
   memory.end_kib = proc_status_kib("VmRSS:");
   std::tie(memory.cpu_user_s, memory.cpu_system_s) = own_cpu_seconds();
   memory.peak_kib = proc_status_kib("VmHWM:");
@@ -335,18 +498,22 @@ int run(const cli_options& opts) {
   if (stats)
     summary.set_supervisor_stats(*stats);
   summary.set_memory(memory);
+  auto sig = signals.first();
+  if (auto end = how_it_ended(sig, fed, *writer, io.total))
+    summary.set_batch_end(*end);
   std::cerr << summary.render(wall_s) << std::flush;
-  if (!opts.summary_json.empty()) {
-    std::ofstream out{opts.summary_json, std::ios::trunc};
-    out << summary.to_json(wall_s).dump(2) << '\n';
-    if (!out)
-      spdlog::error("writing the summary to {} failed", opts.summary_json);
-  }
-  if (!read_ok)
-    spdlog::error("reading input {} failed", opts.input);
+  bool summary_ok = true;
+  if (io.summary_file.fd >= 0)
+    summary_ok = write_summary_json(io.summary_file.fd, opts.summary_json,
+                                    summary.to_json(wall_s));
+  if (!fed.read_ok)
+    spdlog::error("reading input {} failed: {}", opts.input, fed.read_error);
   if (!write_ok)
-    spdlog::error("writing output {} failed", opts.output);
-  return read_ok && write_ok ? 0 : 1;
+    spdlog::error("writing output {} failed: {}", opts.output,
+                  writer->failure());
+  if (!fed.read_ok || !write_ok || !summary_ok)
+    return 1;
+  return sig != 0 ? 128 + sig : 0;
 }
 
 } // namespace
@@ -358,9 +525,14 @@ int main(int argc, char** argv) {
   if (opts.concurrency == 0)
     opts.concurrency = default_concurrency();
   std::ios::sync_with_stdio(false);
-  setup_logging(opts.log_level);
+  // Log lines would tear the bar apart: at info and below, the log is the
+  // progress; above it, a log line is printed over the bar, then the bar.
+  terminal_bar bar{isatty(STDERR_FILENO) == 1 &&
+                   spdlog::level::from_str(opts.log_level) >
+                     spdlog::level::info};
+  setup_logging(opts.log_level, bar);
   try {
-    return run(opts);
+    return run(opts, bar);
   } catch (const usage_error& e) {
     std::cerr << "sv-grade: " << e.what() << '\n';
     return 2;

@@ -149,6 +149,23 @@ std::string batch_summary::render(double wall_s) const {
            fixed(memory_->cpu_system_s, 2) +
            " s system (sv-grade's threads, not the sandboxes)\n";
   }
+  if (end_) {
+    auto& e = *end_;
+    if (e.resumed > 0)
+      out += "  resumed      " + std::to_string(e.resumed) +
+             " lines already answered, skipped\n";
+    if (!e.signal.empty() || !e.write_error.empty()) {
+      out += "  stopped      " +
+             (e.write_error.empty() ? "by " + e.signal
+                                    : "writing failed: " + e.write_error) +
+             " after reading " + std::to_string(e.lines_read) + " lines";
+      if (e.not_started)
+        out += ", " + std::to_string(*e.not_started) + " not started";
+      if (e.unanswered > 0)
+        out += ", " + std::to_string(e.unanswered) + " cancelled unanswered";
+      out += "\n";
+    }
+  }
   return out;
 }
 
@@ -180,6 +197,16 @@ json batch_summary::to_json(double wall_s) const {
                              {"rss_end", memory_->end_kib}};
     out["own_cpu_s"] =
       json{{"user", memory_->cpu_user_s}, {"system", memory_->cpu_system_s}};
+  }
+  if (end_) {
+    auto& e = *end_;
+    out["end"] = json{
+      {"signal", e.signal.empty() ? json() : json(e.signal)},
+      {"write_error", e.write_error.empty() ? json() : json(e.write_error)},
+      {"lines_read", e.lines_read},
+      {"not_started", e.not_started ? json(*e.not_started) : json()},
+      {"resumed", e.resumed},
+      {"unanswered", e.unanswered}};
   }
   return out;
 }

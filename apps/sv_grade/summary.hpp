@@ -36,6 +36,22 @@ struct memory_use {
 /// CPU seconds (user, system) this process's own threads used so far.
 std::pair<double, double> own_cpu_seconds();
 
+/// How a batch ended early, or resumed: for the summary.
+struct batch_end {
+  /// "SIGINT", "SIGTERM", "SIGHUP" when a signal stopped reading.
+  std::string signal;
+  /// Why writing the output failed (the system's message), if it did.
+  std::string write_error;
+  /// Input lines read (and started, or answered at once).
+  uint64_t lines_read = 0;
+  /// Input lines not started, when the input's size is known.
+  std::optional<uint64_t> not_started;
+  /// Lines skipped because the output already answered them (--resume).
+  uint64_t resumed = 0;
+  /// Lines started whose output line was never written.
+  uint64_t unanswered = 0;
+};
+
 class batch_summary {
 public:
   /// Counts one output line.
@@ -75,6 +91,9 @@ public:
   /// Total minus exec time of each graded line that ran exec, ascending.
   std::vector<double> overhead_ms() const;
 
+  /// How the batch ended, when not simply at the end of its input.
+  void set_batch_end(const batch_end& end) { end_ = end; }
+
   /// What the supervisor counted (sandboxes, stops, crashes, restarts).
   void set_supervisor_stats(const supervisor_stats& stats) { stats_ = stats; }
 
@@ -99,6 +118,7 @@ private:
   std::vector<double> overhead_ms_;
   std::optional<supervisor_stats> stats_;
   std::optional<memory_use> memory_;
+  std::optional<batch_end> end_;
 };
 
 /// One progress line: "[####----] 82/164 50% 31.2/s ETA 0:03" when `total`

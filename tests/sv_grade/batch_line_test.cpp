@@ -116,7 +116,7 @@ TEST_CASE("unknown keys and wrong types are named") {
   CHECK(msg == "line 7: config.python: expected a string, got number");
 }
 
-TEST_CASE("a graded outcome renders without a line number") {
+TEST_CASE("a graded outcome renders with its line number") {
   batch_entry entry;
   entry.line = 3;
   entry.outcome.id = "x";
@@ -130,7 +130,64 @@ TEST_CASE("a graded outcome renders without a line number") {
                     {"mask_sample", false},
                     {"result", {{"reward", 1.0}}},
                     {"failure", nullptr},
-                    {"timings_ms", {{"exec", 5.0}, {"total", 6.0}}}});
+                    {"timings_ms", {{"exec", 5.0}, {"total", 6.0}}},
+                    {"line", 3}});
+}
+
+TEST_CASE("hostile lines are invalid_request, naming what is wrong") {
+  std::string deep;
+  for (int i = 0; i < 75000; ++i)
+    deep += "[";
+  auto line = std::string{good_line}.insert(1, "\"x\": " + deep);
+  CHECK(message_of(line).rfind(
+          "line 7: not valid JSON: nested deeper than 256 levels at x", 0) ==
+        0);
+  CHECK(message_of(R"({"id": "a", "id": "b"})") ==
+        "line 7: not valid JSON: duplicate key \"id\"");
+  CHECK(message_of(std::string{good_line} + std::string(1, '\0') + "junk") ==
+        "line 7: not valid JSON: a NUL byte at offset 71 (JSON text must "
+        "not contain one)");
+  json_limits limits;
+  limits.max_depth = 2;
+  auto parsed = parse_batch_line(good_line, 1, "", limits);
+  CHECK(parsed.ok);
+  limits.max_depth = 1;
+  CHECK_FALSE(parse_batch_line(good_line, 1, "", limits).ok);
+}
+
+TEST_CASE("a small result becomes a DOM, a large one stays compact text") {
+  json result;
+  std::string error;
+  CHECK(parse_result_text(R"({"reward": 1.0})", result, error));
+  CHECK(result == json{{"reward", 1.0}});
+  std::string big = "{\"reward\": 0.5, \"xs\": [";
+  for (int i = 0; i < 1000; ++i)
+    big += "1, ";
+  big += "1]}\n";
+  REQUIRE(parse_result_text(big, result, error, {}, 100));
+  REQUIRE(json_text_of(result) != nullptr);
+  CHECK(result["reward"] == 0.5);
+  batch_entry entry;
+  entry.outcome.ok = true;
+  entry.outcome.result = result;
+  auto out = json::parse(render_output_line(entry));
+  CHECK(out["result"] == json::parse(big));
+}
+
+TEST_CASE("a deep, duplicate-keyed or non-object result is rejected") {
+  json result;
+  std::string error;
+  std::string deep(100000, '[');
+  for (size_t dom_max : {size_t{1} << 20, size_t{10}}) {
+    CHECK_FALSE(parse_result_text(deep, result, error, {}, dom_max));
+    CHECK(error.rfind("nested deeper than 256 levels", 0) == 0);
+    CHECK_FALSE(
+      parse_result_text(R"({"a": 1, "a": 2})", result, error, {}, dom_max));
+    CHECK(error == "duplicate key \"a\"");
+    CHECK_FALSE(
+      parse_result_text("[1, 2, 3, 4, 5]", result, error, {}, dom_max));
+    CHECK(error.rfind("expected a JSON object", 0) == 0);
+  }
 }
 
 TEST_CASE("invalid UTF-8 in an outcome does not break the line") {
@@ -152,4 +209,37 @@ TEST_CASE("the reply timeout sums the state deadlines plus a margin") {
   req.config.stop_timeout_s = 5.5;
   CHECK(reply_timeout(req, std::chrono::seconds{10}) ==
         std::chrono::milliseconds{55500});
+}
+
+TEST_CASE("request errors are invalid_request naming the field") {
+  auto with = [](const char* field) {
+    return message_of(std::string{good_line}.insert(1, field));
+  };
+  CHECK(with(R"("config": {"env": {"A=B": "1"}}, )") ==
+        "line 7: config.env: \"A=B\" is not a variable name (empty, or has "
+        "'=' or a NUL byte)");
+  CHECK(with(R"("exec_timeout_s": 1e-320, )") ==
+        "line 7: exec_timeout_s: must be at least 0.001 s (1 ms)");
+  CHECK(with(R"("exec_timeout_s": 604800, )") ==
+        "line 7: exec_timeout_s: with config.ready_timeout_s and the 300 s "
+        "margin, the sandbox TTL would exceed 604800 s");
+  CHECK(parse_batch_line(std::string{good_line}.insert(
+                           1, R"("exec_timeout_s": 604000, )"
+                              R"("config": {"ready_timeout_s": 1}, )"),
+                         7)
+          .ok);
+  auto files = [](const std::string& extra) {
+    return message_of(R"({"id": "t", "request": {}, "files": {)"
+                      R"("sandbox_runner.py": "", )" +
+                      extra + "}}");
+  };
+  CHECK(files("\"" + std::string(300, 'x') + "\": \"\"") ==
+        "line 7: files: path \"" + std::string(200, 'x') +
+          "... (100 more bytes)\" has a component of 300 bytes (at most 255)");
+  CHECK(files(R"("a": "", "a/b/c": "")") ==
+        "line 7: files: \"a\" is a file and also the directory of \"a/b/c\"");
+  CHECK(parse_batch_line(R"({"id": "t", "request": {}, "files": {)"
+                         R"("sandbox_runner.py": "", "a/b": "", "a/c": ""}})",
+                         7)
+          .ok);
 }

@@ -9,7 +9,8 @@ import subprocess
 import sys
 import tempfile
 
-OUTPUT_KEYS = {"id", "ok", "mask_sample", "result", "failure", "timings_ms"}
+OUTPUT_KEYS = {"id", "ok", "mask_sample", "result", "failure", "timings_ms",
+               "line"}
 STATE_KEYS = {"create", "ready", "upload", "exec", "download", "stop", "total"}
 
 
@@ -24,6 +25,13 @@ class Env:
         self.provider_config = self.path("provider.json")
         with open(self.provider_config, "w") as f:
             json.dump({"local": {"root": self.path("sandboxes")}}, f)
+
+    @property
+    def sanitized(self):
+        """Whether sv-grade was built with ASan (memory bounds do not hold)."""
+        out = subprocess.run(["ldd", self.sv_grade], capture_output=True,
+                             text=True).stdout
+        return "libasan" in out
 
     def path(self, name):
         return os.path.join(self.dir, name)

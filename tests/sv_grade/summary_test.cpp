@@ -5,7 +5,10 @@
 #include "messages/json.hpp"
 
 #include <catch2/catch.hpp>
+#include <cstdio>
+#include <fcntl.h>
 #include <sstream>
+#include <unistd.h>
 
 using namespace sv;
 using namespace sv::grade;
@@ -107,29 +110,64 @@ TEST_CASE("the progress line shows done, total, rate and ETA") {
   CHECK(render_progress(12, std::nullopt, 4) == "12 done  3.0/s  0:04");
 }
 
-TEST_CASE("the writer writes one flushed line per entry") {
-  std::ostringstream out;
-  output_writer writer{out, 2, {}};
+namespace {
+
+/// The whole content of a file descriptor's file.
+std::string content_of(int fd) {
+  std::string out;
+  char buf[4096];
+  ::lseek(fd, 0, SEEK_SET);
+  for (ssize_t n; (n = ::read(fd, buf, sizeof(buf))) > 0;)
+    out.append(buf, static_cast<size_t>(n));
+  return out;
+}
+
+} // namespace
+
+TEST_CASE("the writer writes one line per entry") {
+  auto* file = std::tmpfile();
+  REQUIRE(file != nullptr);
+  output_writer writer{fileno(file), 2, {}};
   for (uint64_t i = 1; i <= 5; ++i) {
-    writer.acquire();
+    REQUIRE(writer.acquire());
     writer.push(invalid_entry(i));
   }
   REQUIRE(writer.finish());
-  std::istringstream lines{out.str()};
+  std::istringstream lines{content_of(fileno(file))};
+  std::fclose(file);
   std::string line;
   uint64_t n = 0;
   while (std::getline(lines, line))
     CHECK(json::parse(line)["line"] == ++n);
   CHECK(n == 5);
   CHECK(writer.summary().lines() == 5);
+  CHECK(writer.written() == 5);
 }
 
-TEST_CASE("the writer reports a failed output") {
-  std::ostringstream out;
-  out.setstate(std::ios::badbit);
-  output_writer writer{out, 1, {}};
-  writer.acquire();
+TEST_CASE("a write error aborts the writer with the system's reason") {
+  auto fd = ::open("/dev/full", O_WRONLY);
+  if (fd < 0)
+    return; // no /dev/full here
+  bool aborted = false;
+  output_writer writer{fd, 1, {}, [&] { aborted = true; }};
+  REQUIRE(writer.acquire());
   writer.push(invalid_entry(1));
   CHECK_FALSE(writer.finish());
-  CHECK(writer.summary().lines() == 1);
+  CHECK(writer.failure() == "No space left on device");
+  CHECK(aborted);
+  CHECK(writer.summary().lines() == 0);
+  CHECK_FALSE(writer.acquire());
+  ::close(fd);
+}
+
+TEST_CASE("close makes acquire refuse, finish waits for what was taken") {
+  auto* file = std::tmpfile();
+  output_writer writer{fileno(file), 4, {}};
+  REQUIRE(writer.acquire());
+  writer.close();
+  CHECK_FALSE(writer.acquire());
+  writer.push(invalid_entry(1));
+  CHECK(writer.finish());
+  CHECK(writer.written() == 1);
+  std::fclose(file);
 }
