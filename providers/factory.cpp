@@ -12,19 +12,20 @@ namespace {
 
 struct provider_entry {
   const char* name;
-  provider_actor (*spawn)(caf::actor_system& sys, const json& settings);
+  provider_actor (*spawn)(caf::actor_system& sys, const json& settings,
+                          backend_world& world);
 };
 
 // Adding a backend is one line here.
 const provider_entry known_providers[] = {
   {"local",
-   [](caf::actor_system& sys, const json& settings) {
+   [](caf::actor_system& sys, const json& settings, backend_world&) {
      return spawn_local_provider(sys, parse_local_provider_config(settings));
    }},
   {"scripted",
-   [](caf::actor_system& sys, const json& settings) {
+   [](caf::actor_system& sys, const json& settings, backend_world& world) {
      return spawn_scripted_provider(sys, parse_scripted_script(settings),
-                                    nullptr);
+                                    world.get_or_make<scripted_world>());
    }},
 };
 
@@ -95,7 +96,7 @@ provider_actor spawn_provider(caf::actor_system& sys,
     throw json_error(
       block.name, "unknown provider (known providers: " + known_names() + ")");
   try {
-    return entry->spawn(sys, block.settings);
+    return entry->spawn(sys, block.settings, *block.world);
   } catch (const json_error& e) {
     // Name the setting by its full path in the block.
     throw json_error(
