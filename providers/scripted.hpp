@@ -196,17 +196,22 @@ public:
 private:
   json to_json_locked() const;
 
+  // Every sandbox ever created stays known (to tell a repeated stop from an
+  // unknown id), so a record is small: ids are "sb-<index>" into this.
   struct sandbox {
-    uint64_t stops = 0;
+    uint32_t stops = 0;
     uint32_t polls = 0;
     bool running = false;
   };
 
+  /// The record of `sandbox_id`, or null when this world never made it.
+  sandbox* find(const std::string& sandbox_id);
+  const sandbox* find(const std::string& sandbox_id) const;
+
   mutable std::mutex mtx_;
   std::array<uint64_t, scripted_op_count> calls_{};
   std::array<uint64_t, 6> faults_{};
-  std::map<std::string, sandbox> sandboxes_;
-  uint64_t next_sandbox_ = 0;
+  std::vector<sandbox> sandboxes_;
   uint64_t stop_calls_ = 0;
   uint64_t stopped_ = 0;
   uint64_t repeated_stops_ = 0;

@@ -4,6 +4,8 @@
 #include "providers/scripted.hpp"
 
 #include <fstream>
+#include <string_view>
+#include <utility>
 
 namespace sv {
 
@@ -11,7 +13,36 @@ namespace {
 
 using guard = std::lock_guard<std::mutex>;
 
+constexpr std::string_view id_prefix = "sb-";
+
+std::string id_of(size_t index) {
+  return std::string{id_prefix} + std::to_string(index);
+}
+
 } // namespace
+
+scripted_world::sandbox* scripted_world::find(const std::string& sandbox_id) {
+  auto& self = *this;
+  return const_cast<sandbox*>(std::as_const(self).find(sandbox_id));
+}
+
+const scripted_world::sandbox*
+scripted_world::find(const std::string& sandbox_id) const {
+  std::string_view id{sandbox_id};
+  if (id.substr(0, id_prefix.size()) != id_prefix)
+    return nullptr;
+  auto digits = id.substr(id_prefix.size());
+  if (digits.empty() || digits.size() > 18 ||
+      (digits[0] == '0' && digits.size() > 1))
+    return nullptr;
+  size_t index = 0;
+  for (char c : digits) {
+    if (c < '0' || c > '9')
+      return nullptr;
+    index = index * 10 + static_cast<size_t>(c - '0');
+  }
+  return index < sandboxes_.size() ? &sandboxes_[index] : nullptr;
+}
 
 // -- provider actors ----------------------------------------------------------
 
@@ -45,8 +76,8 @@ void scripted_world::on_create_begin() {
 std::string scripted_world::on_created() {
   guard g{mtx_};
   --creating_;
-  auto id = "sb-" + std::to_string(next_sandbox_++);
-  sandboxes_.emplace(id, sandbox{});
+  auto id = id_of(sandboxes_.size());
+  sandboxes_.emplace_back();
   peak_starting_ = std::max(peak_starting_, ++starting_);
   return id;
 }
@@ -58,22 +89,22 @@ void scripted_world::on_create_failed() {
 
 bool scripted_world::is_known(const std::string& sandbox_id) const {
   guard g{mtx_};
-  return sandboxes_.count(sandbox_id) > 0;
+  return find(sandbox_id) != nullptr;
 }
 
 bool scripted_world::is_live(const std::string& sandbox_id) const {
   guard g{mtx_};
-  auto i = sandboxes_.find(sandbox_id);
-  return i != sandboxes_.end() && i->second.stops == 0;
+  auto* sb = find(sandbox_id);
+  return sb != nullptr && sb->stops == 0;
 }
 
 sandbox_status scripted_world::poll(const std::string& sandbox_id,
                                     uint32_t starting_polls) {
   guard g{mtx_};
-  auto i = sandboxes_.find(sandbox_id);
-  if (i == sandboxes_.end())
+  auto* found = find(sandbox_id);
+  if (found == nullptr)
     return sandbox_status::unknown;
-  auto& sb = i->second;
+  auto& sb = *found;
   if (sb.stops > 0)
     return sandbox_status::stopped;
   if (!sb.running && sb.polls++ < starting_polls)
@@ -87,12 +118,12 @@ sandbox_status scripted_world::poll(const std::string& sandbox_id,
 
 scripted_stop_result scripted_world::stop(const std::string& sandbox_id) {
   guard g{mtx_};
-  auto i = sandboxes_.find(sandbox_id);
-  if (i == sandboxes_.end()) {
+  auto* found = find(sandbox_id);
+  if (found == nullptr) {
     ++unknown_stops_;
     return scripted_stop_result::unknown;
   }
-  auto& sb = i->second;
+  auto& sb = *found;
   if (sb.stops++ > 0) {
     ++repeated_stops_;
     return scripted_stop_result::repeated;
@@ -153,16 +184,16 @@ uint64_t scripted_world::unknown_stops() const {
 
 uint64_t scripted_world::stops_of(const std::string& sandbox_id) const {
   guard g{mtx_};
-  auto i = sandboxes_.find(sandbox_id);
-  return i != sandboxes_.end() ? i->second.stops : 0;
+  auto* sb = find(sandbox_id);
+  return sb != nullptr ? sb->stops : 0;
 }
 
 std::vector<std::string> scripted_world::not_stopped_once() const {
   guard g{mtx_};
   std::vector<std::string> out;
-  for (auto& [id, sb] : sandboxes_)
-    if (sb.stops != 1)
-      out.push_back(id);
+  for (size_t i = 0; i < sandboxes_.size(); ++i)
+    if (sandboxes_[i].stops != 1)
+      out.push_back(id_of(i));
   return out;
 }
 
@@ -214,7 +245,7 @@ json scripted_world::to_json_locked() const {
   for (size_t i = 0; i < faults_.size(); ++i)
     faults[std::string{to_string(static_cast<scripted_fault>(i))}] = faults_[i];
   uint64_t not_once = 0;
-  for (auto& [id, sb] : sandboxes_)
+  for (auto& sb : sandboxes_)
     not_once += sb.stops != 1 ? 1 : 0;
   return json{{"creates", sandboxes_.size()},
               {"stopped", stopped_},
