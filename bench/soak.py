@@ -8,6 +8,7 @@ per submission, every created sandbox stopped exactly once, across restarts.
 
 Usage: bench/soak.py [--count 100000] [--fault-rate 0.1] [--crashes N]
                      [--starting-polls 2] [--seed N] [--concurrency 1000]
+                     [--max-creating N]
                      [--sv-grade build/apps/sv-grade]
 """
 import argparse
@@ -57,6 +58,10 @@ def main():
                     help="status polls of each sandbox answered 'starting' "
                          "before 'running'")
     ap.add_argument("--concurrency", type=int, default=1000)
+    ap.add_argument("--max-creating", type=int, default=None,
+                    help="sv-grade's --max-creating (default: the "
+                         "concurrency); the ledger's peak of creates in "
+                         "flight must stay within it")
     ap.add_argument("--sv-grade", default="build/apps/sv-grade")
     args = ap.parse_args()
     seed = args.seed if args.seed is not None else random.randrange(1 << 32)
@@ -77,6 +82,7 @@ def main():
         # A verification makes about six provider calls; the provider draws
         # a fault per call.
         per_call = 1 - (1 - args.fault_rate) ** (1 / CALLS_PER_SUBMISSION)
+        max_creating = args.max_creating or args.concurrency
         calls = args.count * (CALLS_PER_SUBMISSION + args.starting_polls)
         with open(config, "w") as f:
             json.dump({"scripted": {"fault_rate": per_call, "seed": seed,
@@ -88,7 +94,7 @@ def main():
         proc = subprocess.run(
             [args.sv_grade, "--input", jobs, "--output", out,
              "--provider-config", config, "--concurrency", str(args.concurrency),
-             "--max-creating", str(args.concurrency),
+             "--max-creating", str(max_creating),
              "--summary-json", summary, "--log-level", "error"],
             stderr=subprocess.PIPE, text=True)
         wall = time.monotonic() - started
@@ -131,7 +137,7 @@ def main():
           f"crashed {book['crashes']}, alive at the end "
           f"{book['actors_live']}; supervisor restarts {restarts}")
     print(f"creates in flight (ledger): peak {book['peak_creating']} "
-          f"(--max-creating {args.concurrency}), at the end "
+          f"(--max-creating {max_creating}), at the end "
           f"{book['creating']}; peak starting {book['peak_starting']}")
     print(f"sandboxes (supervisor): created {sup.get('sandboxes_created')}, "
           f"stopped {sup.get('sandboxes_stopped')}, stop failures "
@@ -157,6 +163,8 @@ def main():
         "one restart per crash": restarts == book["crashes"]
                                  and book["actors_spawned"] == restarts + 1,
         "no create left in flight": book["creating"] == 0,
+        "creates in flight within --max-creating":
+            book["peak_creating"] <= max_creating,
     }
     failed = [name for name, good in checks.items() if not good]
     for name in failed:
