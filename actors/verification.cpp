@@ -177,6 +177,14 @@ void fail(self_ptr self, failure_kind kind, failure_cause cause,
   enter_stop(self);
 }
 
+/// The provider will not serve again: a request bounced from its closed
+/// mailbox, or one it failed as `unavailable` while shutting down.
+bool provider_is_going(const caf::error& err) {
+  return err == caf::sec::request_receiver_down ||
+         provider_error_code(err) ==
+           static_cast<uint8_t>(provider_errc::unavailable);
+}
+
 /// Maps an error of a provider request to provider_unavailable with the
 /// right cause: a deadline, a dead provider, or the provider's own error.
 void fail_provider(self_ptr self, const caf::error& err, double deadline_s) {
@@ -185,10 +193,12 @@ void fail_provider(self_ptr self, const caf::error& err, double deadline_s) {
     fail(self, failure_kind::provider_unavailable, failure_cause::timeout,
          std::string{what} + " did not finish within its " +
            format_seconds(deadline_s) + " deadline");
-  } else if (err == caf::sec::request_receiver_down) {
-    // Bounced from a closed mailbox: the provider is dying, its down_msg
-    // has not reached the supervisor yet. Never stop through it.
-    hand_over(self, std::string{what} + " failed: the provider is down");
+  } else if (provider_is_going(err)) {
+    // Bounced from a closed mailbox, or failed by a provider on its way out:
+    // its down_msg has not reached the supervisor yet. Never stop through
+    // it.
+    hand_over(self, std::string{what} + " failed: the provider is down (" +
+                      describe(err) + ")");
   } else {
     fail(self, failure_kind::provider_unavailable, failure_cause::error,
          std::string{what} + " failed: " + describe(err));
@@ -225,14 +235,16 @@ void hand_over(self_ptr self, std::string message) {
            st.created ? stop_status::handed_over : stop_status::not_needed);
 }
 
-/// The supervisor saw the provider die. A stop already sent is not
-/// repeated (the dead provider may have done it: stop is sent exactly
-/// once); the outcome before it stands.
+/// The supervisor saw the provider die. During stop the outcome before it
+/// stands and the stop is handed over: the dead provider may or may not
+/// have done it, and stop is idempotent on every provider (a replacement
+/// answers a sandbox its predecessor removed as stopped), so the supervisor
+/// repeats it through the replacement.
 void on_provider_lost(self_ptr self) {
   auto& st = self->state;
   if (st.current == verification_state::stop) {
     finish_state(self);
-    conclude(self, stop_status::failed);
+    conclude(self, stop_status::handed_over);
     return;
   }
   hand_over(self, std::string{to_string(st.current)} +
@@ -575,7 +587,7 @@ void enter_stop(self_ptr self) {
           in_state(self, [=](caf::error& err) {
             auto& st = self->state;
             finish_state(self);
-            if (err == caf::sec::request_receiver_down) {
+            if (provider_is_going(err)) {
               conclude(self, stop_status::handed_over);
               return;
             }

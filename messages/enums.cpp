@@ -59,6 +59,9 @@ std::string join(const name_table<N>& names) {
   bool from_string(std::string_view name, type& x) {                           \
     return parse(type##_names, name, x);                                       \
   }                                                                            \
+  bool is_valid(type x) {                                                      \
+    return static_cast<size_t>(x) < type##_names.size();                       \
+  }                                                                            \
   template <>                                                                  \
   std::string allowed_names<type>() {                                          \
     return join(type##_names);                                                 \

@@ -1,8 +1,10 @@
 #pragma once
 
 // Enumerations of the protocol, with their wire names. Each enum has
-// `to_string` and `from_string` (the JSON and log spelling) and is inspected
-// as its underlying integer.
+// `to_string` and `from_string` (the JSON and log spelling), `is_valid`,
+// and is inspected as its underlying integer: a value off the wire may name
+// no enumerator, so the inspect functions of the messages that carry one
+// range-check it (see protocol.hpp).
 
 #include <cstdint>
 #include <string>
@@ -77,6 +79,14 @@ bool from_string(std::string_view name, exec_error_type& x);
 bool from_string(std::string_view name, failure_kind& x);
 bool from_string(std::string_view name, verification_state& x);
 bool from_string(std::string_view name, failure_cause& x);
+
+/// Whether `x` is one of the enum's enumerators (an integer read off the
+/// wire may be any value of the underlying type).
+bool is_valid(sandbox_status x);
+bool is_valid(exec_error_type x);
+bool is_valid(failure_kind x);
+bool is_valid(verification_state x);
+bool is_valid(failure_cause x);
 
 /// The wire names of an enum, comma separated (for error messages).
 template <class Enum>

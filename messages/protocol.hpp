@@ -160,6 +160,12 @@ struct supervisor_stats {
 };
 
 // -- inspection ---------------------------------------------------------------
+//
+// Enums are carried as their underlying integers; the messages that carry
+// one range-check it on load (`mend_unknown_error_type`,
+// `check_failure_enums`). A bare `sandbox_status` (the status reply) has no
+// such hook in CAF 0.17 short of a throwing `serialize()`: the verification's
+// ready state treats a status it does not know as a provider error.
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, sandbox_resources& x) {
@@ -186,10 +192,37 @@ typename Inspector::result_type inspect(Inspector& f, exec_request& x) {
            x.timeout_s, x.log_path);
 }
 
+/// An exec result read off the wire whose `error_type` names no enumerator
+/// (a provider of another version, or a broken one) becomes what it is: a
+/// failure of the sandbox, saying which value came.
+inline void mend_unknown_error_type(exec_result& x) {
+  if (is_valid(x.error_type))
+    return;
+  auto raw = std::to_string(static_cast<unsigned>(x.error_type));
+  x.message = "the provider sent an unknown exec error_type " + raw +
+              (x.message.empty() ? "" : " (" + x.message + ")");
+  x.error_type = exec_error_type::sandbox;
+}
+
+/// A failure read off the wire whose kind, state or cause names no
+/// enumerator fails to load: nobody could act on it.
+inline caf::error check_failure_enums(const verification_failure& x) {
+  if (is_valid(x.kind) && is_valid(x.state) && is_valid(x.cause))
+    return caf::none;
+  return caf::make_error(caf::sec::invalid_argument,
+                         "verification_failure with an unknown kind, state "
+                         "or cause");
+}
+
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, exec_result& x) {
+  auto mend = caf::meta::load_callback([&x]() -> caf::error {
+    mend_unknown_error_type(x);
+    return caf::none;
+  });
   return f(caf::meta::type_name("sv::exec_result"), x.stdout_text,
-           x.stderr_text, x.return_code, x.error_type, x.message, x.log_tail);
+           x.stderr_text, x.return_code, x.error_type, x.message, x.log_tail,
+           mend);
 }
 
 template <class Inspector>
@@ -208,8 +241,10 @@ typename Inspector::result_type inspect(Inspector& f, verification_request& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, verification_failure& x) {
+  auto check = caf::meta::load_callback(
+    [&x]() -> caf::error { return check_failure_enums(x); });
   return f(caf::meta::type_name("sv::verification_failure"), x.kind, x.state,
-           x.cause, x.message, x.log_tail);
+           x.cause, check, x.message, x.log_tail);
 }
 
 template <class Inspector>

@@ -30,20 +30,24 @@ private:
 class scripted_backend : public provider_backend {
 public:
   explicit scripted_backend(const json& settings)
-      : script_(parse_scripted_script(settings)) {
+      : script_(parse_scripted_script(settings)),
+        world_(std::make_shared<scripted_world>()) {
     // nop
   }
 
+  // Every actor of one backend lives in the same world: a replacement sees
+  // its predecessors' sandboxes.
   provider_actor spawn(caf::actor_system& sys) const override {
-    return spawn_scripted_provider(sys, script_, nullptr);
+    return spawn_scripted_provider(sys, script_, world_);
   }
 
   void shut_down() override {
-    // nothing outlives a scripted provider
+    // the world is plain memory: nothing to stop
   }
 
 private:
   scripted_script script_;
+  std::shared_ptr<scripted_world> world_;
 };
 
 struct provider_entry {

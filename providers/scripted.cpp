@@ -1,13 +1,12 @@
 #include "providers/scripted.hpp"
 
+#include "actors/quiet.hpp"
 #include "messages/errors.hpp"
 #include "messages/json.hpp"
 
-#include <atomic>
 #include <caf/actor_system.hpp>
 #include <caf/event_based_actor.hpp>
 #include <caf/stateful_actor.hpp>
-#include <fstream>
 #include <functional>
 #include <random>
 #include <unordered_map>
@@ -52,92 +51,6 @@ bool from_string(std::string_view name, scripted_fault& x) {
   return parse_name(fault_names, name, x);
 }
 
-// -- ledger -------------------------------------------------------------------
-
-void scripted_ledger::on_call(scripted_op op, scripted_fault fault) {
-  std::lock_guard<std::mutex> guard{mtx_};
-  ++calls_[static_cast<size_t>(op)];
-  ++faults_[static_cast<size_t>(fault)];
-}
-
-void scripted_ledger::on_create(const std::string& sandbox_id) {
-  std::lock_guard<std::mutex> guard{mtx_};
-  stops_by_sandbox_.emplace(sandbox_id, 0);
-  starting_.emplace(sandbox_id, true);
-  peak_starting_ = std::max<uint64_t>(peak_starting_, starting_.size());
-}
-
-void scripted_ledger::on_running(const std::string& sandbox_id) {
-  std::lock_guard<std::mutex> guard{mtx_};
-  starting_.erase(sandbox_id);
-}
-
-json scripted_ledger::to_json() const {
-  std::lock_guard<std::mutex> guard{mtx_};
-  json calls = json::object();
-  for (size_t i = 0; i < scripted_op_count; ++i)
-    calls[std::string{op_names[i]}] = calls_[i];
-  json faults = json::object();
-  for (size_t i = 0; i < fault_names.size(); ++i)
-    faults[std::string{fault_names[i]}] = faults_[i];
-  uint64_t not_once = 0;
-  for (auto& [id, n] : stops_by_sandbox_)
-    not_once += n != 1 ? 1 : 0;
-  return json{{"creates", stops_by_sandbox_.size()},
-              {"stop_calls", stops_},
-              {"not_stopped_once", not_once},
-              {"peak_starting", peak_starting_},
-              {"calls", calls},
-              {"faults", faults}};
-}
-
-uint64_t scripted_ledger::peak_starting() const {
-  std::lock_guard<std::mutex> guard{mtx_};
-  return peak_starting_;
-}
-
-void scripted_ledger::on_stop(const std::string& sandbox_id) {
-  std::lock_guard<std::mutex> guard{mtx_};
-  starting_.erase(sandbox_id);
-  ++stops_;
-  ++stops_by_sandbox_[sandbox_id];
-}
-
-uint64_t scripted_ledger::calls(scripted_op op) const {
-  std::lock_guard<std::mutex> guard{mtx_};
-  return calls_[static_cast<size_t>(op)];
-}
-
-uint64_t scripted_ledger::faults(scripted_fault fault) const {
-  std::lock_guard<std::mutex> guard{mtx_};
-  return faults_[static_cast<size_t>(fault)];
-}
-
-uint64_t scripted_ledger::creates() const {
-  std::lock_guard<std::mutex> guard{mtx_};
-  return stops_by_sandbox_.size();
-}
-
-uint64_t scripted_ledger::stops() const {
-  std::lock_guard<std::mutex> guard{mtx_};
-  return stops_;
-}
-
-uint64_t scripted_ledger::stops_of(const std::string& sandbox_id) const {
-  std::lock_guard<std::mutex> guard{mtx_};
-  auto i = stops_by_sandbox_.find(sandbox_id);
-  return i != stops_by_sandbox_.end() ? i->second : 0;
-}
-
-std::vector<std::string> scripted_ledger::not_stopped_once() const {
-  std::lock_guard<std::mutex> guard{mtx_};
-  std::vector<std::string> out;
-  for (auto& [id, n] : stops_by_sandbox_)
-    if (n != 1)
-      out.push_back(id);
-  return out;
-}
-
 // -- the actor ----------------------------------------------------------------
 
 namespace {
@@ -145,33 +58,53 @@ namespace {
 using delayed_atom = caf::atom_constant<caf::atom("delayed")>;
 using reply_fn = std::function<void(caf::response_promise&)>;
 
+/// What the exit of a provider actor tells its world (shared with the exit
+/// functor, which may run after the state is gone).
+struct exit_report {
+  uint64_t creates_in_flight = 0;
+  bool crashed = false;
+};
+
+struct delayed_reply {
+  caf::response_promise rp;
+  reply_fn reply;
+  bool is_create = false;
+};
+
 struct scripted_state {
   static inline const char* name = "sv.scripted_provider";
 
   scripted_script script;
-  std::shared_ptr<scripted_ledger> ledger;
+  std::shared_ptr<scripted_world> world;
+  /// This actor's index in its world.
+  uint64_t index = 0;
+  std::shared_ptr<exit_report> exit;
   std::array<uint64_t, scripted_op_count> calls{};
   /// Sticky steps by operation and sandbox id (empty for create).
   std::map<std::pair<scripted_op, std::string>, scripted_step> sticky;
   std::mt19937_64 rng;
-  /// Sandbox ids are unique across providers (a restarted provider must not
-  /// hand out the ids of its predecessor).
-  std::string id_prefix;
-  uint64_t next_sandbox = 0;
-  std::unordered_map<std::string, uint32_t> polls;
   uint64_t next_token = 0;
-  std::unordered_map<uint64_t, std::pair<caf::response_promise, reply_fn>>
-    delayed;
+  std::unordered_map<uint64_t, delayed_reply> delayed;
 };
 
 using self_ptr = caf::stateful_actor<scripted_state>*;
 
-/// The step of the next call of `op` on `sandbox`: sticky, scripted, random
-/// or ok.
+/// A random fault, or none.
+bool coin(self_ptr self, double rate) {
+  if (rate <= 0)
+    return false;
+  std::uniform_real_distribution<double> dist{0, 1};
+  return dist(self->state.rng) < rate;
+}
+
+/// The step of the next call of `op` on `sandbox`: a random crash, sticky,
+/// scripted, random or ok.
 scripted_step next_step(self_ptr self, scripted_op op,
                         const std::string& sandbox) {
   auto& st = self->state;
   auto index = st.calls[static_cast<size_t>(op)]++;
+  if (coin(self, st.script.crash_rate))
+    return {scripted_fault::crash, caf::timespan{0}, false};
   if (!st.sticky.empty()) {
     if (auto i = st.sticky.find({op, sandbox}); i != st.sticky.end())
       return i->second;
@@ -183,32 +116,52 @@ scripted_step next_step(self_ptr self, scripted_op op,
       st.sticky.emplace(std::make_pair(op, sandbox), step);
     return step;
   }
-  if (st.script.fault_rate > 0 && !st.script.random_faults.empty()) {
-    std::uniform_real_distribution<double> coin{0, 1};
-    if (coin(st.rng) < st.script.fault_rate) {
-      std::uniform_int_distribution<size_t> pick{
-        0, st.script.random_faults.size() - 1};
-      return {st.script.random_faults[pick(st.rng)], st.script.random_delay,
-              false};
-    }
+  if (!st.script.random_faults.empty() && coin(self, st.script.fault_rate)) {
+    std::uniform_int_distribution<size_t> pick{
+      0, st.script.random_faults.size() - 1};
+    return {st.script.random_faults[pick(st.rng)], st.script.random_delay,
+            false};
   }
   return {};
 }
 
-/// Runs one call: the correct answer `ok`, or the step's fault.
+void crash(self_ptr self, scripted_op op) {
+  self->state.exit->crashed = true;
+  self->quit(make_error(provider_errc::unavailable,
+                        "scripted crash in " + std::string{to_string(op)}));
+}
+
+caf::error no_such_sandbox(scripted_op op, const std::string& id) {
+  return make_error(provider_errc::no_such_sandbox,
+                    std::string{to_string(op)} + ": no sandbox " + id);
+}
+
+/// Runs one call: a crash, the world's verdict on the sandbox (`check`:
+/// an error such as `no_such_sandbox`, or none), then the correct answer
+/// `ok` or the step's fault.
 /// (Templates, not std::function: this runs for every call of the
 /// orchestration benchmarks; only a delayed answer needs to be stored.)
-template <class Ok, class Garbage>
+template <class Check, class Ok, class Garbage>
 caf::response_promise respond(self_ptr self, scripted_op op,
-                              const std::string& sandbox, Ok&& ok,
-                              Garbage&& garbage) {
+                              const std::string& sandbox, Check&& check,
+                              Ok&& ok, Garbage&& garbage) {
   auto& st = self->state;
   auto rp = self->make_response_promise();
   auto step = next_step(self, op, sandbox);
-  if (st.ledger)
-    st.ledger->on_call(op, step.fault);
+  st.world->on_call(op, step.fault);
+  if (step.fault == scripted_fault::crash) {
+    crash(self, op);
+    return rp; // dies unanswered (there is no broken_promise in CAF 0.17)
+  }
+  if (auto err = check()) {
+    rp.deliver(std::move(err));
+    return rp;
+  }
+  auto is_create = op == scripted_op::create;
   switch (step.fault) {
   case scripted_fault::ok:
+    if (is_create)
+      st.world->on_create_begin();
     ok(rp);
     break;
   case scripted_fault::error:
@@ -216,13 +169,17 @@ caf::response_promise respond(self_ptr self, scripted_op op,
                           "scripted error in " + std::string{to_string(op)}));
     break;
   case scripted_fault::hang:
-    break; // the promise is dropped: no answer, ever
+    break; // the call is lost: no answer, ever
   case scripted_fault::crash:
-    self->quit(caf::make_error(caf::sec::runtime_error));
-    break;
+    break; // handled above
   case scripted_fault::delay: {
+    if (is_create) {
+      st.world->on_create_begin();
+      ++st.exit->creates_in_flight;
+    }
     auto token = st.next_token++;
-    st.delayed.emplace(token, std::make_pair(rp, reply_fn{std::move(ok)}));
+    st.delayed.emplace(token,
+                       delayed_reply{rp, reply_fn{std::move(ok)}, is_create});
     self->delayed_send(self, step.delay, delayed_atom::value, token);
     break;
   }
@@ -238,56 +195,71 @@ void wrong_type(caf::response_promise& rp) {
   rp.deliver(std::string{"scripted garbage"});
 }
 
+/// The check of a call that needs a live sandbox.
+auto live(self_ptr self, scripted_op op, const std::string& id) {
+  return [=]() -> caf::error {
+    if (self->state.world->is_live(id))
+      return {};
+    return no_such_sandbox(op, id);
+  };
+}
+
+/// Installs the exit report: the world learns of every exit, crash or not,
+/// and the ledger file gets the world's state.
+void attach_exit(self_ptr self, const std::string& ledger_file) {
+  auto world = self->state.world;
+  auto report = self->state.exit;
+  auto index = self->state.index;
+  self->attach_functor([world, report, index, ledger_file] {
+    world->on_exit(index, report->creates_in_flight, report->crashed);
+    if (!ledger_file.empty())
+      world->append_ledger(ledger_file); // a tiny append, once per actor
+  });
+}
+
 caf::behavior scripted_provider(self_ptr self, scripted_script script,
-                                std::shared_ptr<scripted_ledger> ledger) {
-  static std::atomic<uint64_t> instances{0};
-  self->state.id_prefix = "sb-" + std::to_string(instances++) + "-";
-  self->state.rng.seed(script.seed);
-  if (!script.ledger_file.empty()) {
-    if (!ledger)
-      ledger = std::make_shared<scripted_ledger>();
-    // Written once, when the provider exits; a tiny append.
-    self->attach_functor([ledger, path = script.ledger_file] {
-      std::ofstream out{path, std::ios::app};
-      out << ledger->to_json().dump() << '\n';
-    });
-  }
-  self->state.script = std::move(script);
-  self->state.ledger = std::move(ledger);
+                                std::shared_ptr<scripted_world> world) {
+  self->set_default_handler(log_and_drop_unexpected);
+  auto& st = self->state;
+  st.world = world ? std::move(world) : std::make_shared<scripted_world>();
+  st.exit = std::make_shared<exit_report>();
+  // A replacement must not replay its predecessor's random faults.
+  st.index = st.world->on_spawn();
+  st.rng.seed(script.seed + st.index * 0x9E3779B97F4A7C15ull);
+  attach_exit(self, script.ledger_file);
+  st.script = std::move(script);
+  auto ok_atom_reply = [](caf::response_promise& rp) {
+    rp.deliver(ok_atom::value);
+  };
   return {
     [=](create_atom, sandbox_spec&) {
       auto create = [=](caf::response_promise& rp) {
-        auto& st = self->state;
-        sandbox_handle h{st.id_prefix + std::to_string(st.next_sandbox++),
-                         "scripted", ""};
-        if (st.ledger)
-          st.ledger->on_create(h.sandbox_id);
-        rp.deliver(std::move(h));
+        rp.deliver(
+          sandbox_handle{self->state.world->on_created(), "scripted", ""});
       };
-      return respond(self, scripted_op::create, {}, create, wrong_type);
+      auto none = [] { return caf::error{}; };
+      return respond(self, scripted_op::create, {}, none, create, wrong_type);
     },
     [=](status_atom, sandbox_handle& h) {
       auto id = h.sandbox_id;
+      auto known = [=]() -> caf::error {
+        if (self->state.world->is_known(id))
+          return {};
+        return no_such_sandbox(scripted_op::status, id);
+      };
       auto status = [=](caf::response_promise& rp) {
-        auto& st = self->state;
-        if (st.script.starting_polls > 0 &&
-            st.polls[id]++ < st.script.starting_polls) {
-          rp.deliver(sandbox_status::starting);
-          return;
-        }
-        st.polls.erase(id);
-        if (st.ledger)
-          st.ledger->on_running(id);
-        rp.deliver(sandbox_status::running);
+        rp.deliver(
+          self->state.world->poll(id, self->state.script.starting_polls));
       };
       auto unknown = [](caf::response_promise& rp) {
         rp.deliver(sandbox_status::unknown);
       };
-      return respond(self, scripted_op::status, h.sandbox_id, status, unknown);
+      return respond(self, scripted_op::status, id, known, status, unknown);
     },
     [=](upload_atom, sandbox_handle& h, std::string&, file_map&) {
-      auto ok = [](caf::response_promise& rp) { rp.deliver(ok_atom::value); };
-      return respond(self, scripted_op::upload, h.sandbox_id, ok, wrong_type);
+      return respond(self, scripted_op::upload, h.sandbox_id,
+                     live(self, scripted_op::upload, h.sandbox_id),
+                     ok_atom_reply, wrong_type);
     },
     [=](exec_atom, sandbox_handle& h, exec_request&) {
       auto ok = [](caf::response_promise& rp) { rp.deliver(exec_result{}); };
@@ -298,7 +270,8 @@ caf::behavior scripted_provider(self_ptr self, scripted_script script,
         res.message = "scripted garbage: the sandbox lost the runner";
         rp.deliver(std::move(res));
       };
-      return respond(self, scripted_op::exec, h.sandbox_id, ok, broken);
+      return respond(self, scripted_op::exec, h.sandbox_id,
+                     live(self, scripted_op::exec, h.sandbox_id), ok, broken);
     },
     [=](download_atom, sandbox_handle& h, std::string&) {
       auto ok = [=](caf::response_promise& rp) {
@@ -307,22 +280,32 @@ caf::behavior scripted_provider(self_ptr self, scripted_script script,
       auto junk = [](caf::response_promise& rp) {
         rp.deliver(std::string{"\x01\x02 this is not JSON {"});
       };
-      return respond(self, scripted_op::download, h.sandbox_id, ok, junk);
+      return respond(self, scripted_op::download, h.sandbox_id,
+                     live(self, scripted_op::download, h.sandbox_id), ok, junk);
     },
     [=](stop_atom, sandbox_handle& h) {
       auto id = h.sandbox_id;
-      if (self->state.ledger)
-        self->state.ledger->on_stop(id);
-      auto ok = [](caf::response_promise& rp) { rp.deliver(ok_atom::value); };
-      return respond(self, scripted_op::stop, id, ok, wrong_type);
+      // Carried out on arrival (unless the provider crashes first): a
+      // stop's faults are faults of its answer.
+      self->state.world->on_stop_call();
+      auto carry_out = [=]() -> caf::error {
+        auto& st = self->state;
+        if (st.world->stop(id, st.index) == scripted_stop_result::unknown)
+          return no_such_sandbox(scripted_op::stop, id);
+        return {};
+      };
+      return respond(self, scripted_op::stop, id, carry_out, ok_atom_reply,
+                     wrong_type);
     },
     [=](delayed_atom, uint64_t token) {
       auto i = self->state.delayed.find(token);
       if (i == self->state.delayed.end())
         return;
-      auto [rp, reply] = std::move(i->second);
+      auto entry = std::move(i->second);
       self->state.delayed.erase(i);
-      reply(rp);
+      if (entry.is_create)
+        --self->state.exit->creates_in_flight;
+      entry.reply(entry.rp);
     },
   };
 }
@@ -379,7 +362,7 @@ scripted_script parse_scripted_script(const json& j) {
   check_object(j, "scripted settings",
                {"steps", "fault_rate", "seed", "random_faults",
                 "random_delay_ms", "result_text", "ledger_file",
-                "starting_polls"});
+                "starting_polls", "crash_rate"});
   scripted_script out;
   for (auto& [key, value] : j.items()) {
     if (key == "steps") {
@@ -399,6 +382,11 @@ scripted_script parse_scripted_script(const json& j) {
           value.get<double>() > 1)
         throw json_error(key, "expected a number in [0, 1]");
       out.fault_rate = value.get<double>();
+    } else if (key == "crash_rate") {
+      if (!value.is_number() || value.get<double>() < 0 ||
+          value.get<double>() > 1)
+        throw json_error(key, "expected a number in [0, 1]");
+      out.crash_rate = value.get<double>();
     } else if (key == "seed") {
       if (!value.is_number_unsigned())
         throw json_error(key, "expected a non-negative integer");
@@ -429,10 +417,10 @@ scripted_script parse_scripted_script(const json& j) {
   return out;
 }
 
-provider_actor
-spawn_scripted_provider(caf::actor_system& sys, scripted_script script,
-                        std::shared_ptr<scripted_ledger> ledger) {
-  auto hdl = sys.spawn(scripted_provider, std::move(script), std::move(ledger));
+provider_actor spawn_scripted_provider(caf::actor_system& sys,
+                                       scripted_script script,
+                                       std::shared_ptr<scripted_world> world) {
+  auto hdl = sys.spawn(scripted_provider, std::move(script), std::move(world));
   return caf::actor_cast<provider_actor>(hdl);
 }
 

@@ -484,16 +484,11 @@ TEST_CASE("after its last retry a failed sandbox stays known and a stop "
   CHECK(st.known == 0);
 }
 
-// Hidden until issue 8, 4(a) is fixed in the verification actor: the dying
-// provider's reply to the exec in flight ("shutting down") reaches the
-// verification before the supervisor's provider_down, so it fails as
-// provider_unavailable/error and stops through the dead provider (a stop
-// failure; the registry tears the sandbox down anyway). Run it with
-// `local_provider_test "[restart]"`.
+// The dying provider fails the exec in flight ("shutting down") before the
+// supervisor hears of its death: the verification must not stop through it.
 TEST_CASE_METHOD(unisolated_fixture,
                  "after a provider crash the supervisor stops the sandbox "
-                 "through the replacement, counters true",
-                 "[.][restart]") {
+                 "through the replacement, counters true") {
   provider_actor replacement;
   supervisor_config sc;
   sc.max_in_flight = 2;

@@ -305,3 +305,82 @@ TEST_CASE_METHOD(binary_fixture, "every type survives CAF serialization") {
   stats.submitted = 7;
   CHECK(round_trip(stats).submitted == 7);
 }
+
+// -- enums off the wire -------------------------------------------------------
+
+namespace {
+
+/// Serializes `x` with CAF's binary serializer and loads it into `y`.
+template <class T>
+caf::error load_from_wire(caf::actor_system& sys, T x, T& y) {
+  std::vector<char> buf;
+  caf::binary_serializer sink{sys, buf};
+  REQUIRE(!sink(x));
+  caf::binary_deserializer source{sys, buf};
+  return source(y);
+}
+
+template <class Enum>
+Enum raw(unsigned value) {
+  return static_cast<Enum>(value);
+}
+
+} // namespace
+
+TEST_CASE("is_valid knows every enumerator and nothing past them") {
+  CHECK(is_valid(sandbox_status::unknown));
+  CHECK_FALSE(is_valid(raw<sandbox_status>(5)));
+  CHECK(is_valid(exec_error_type::sandbox));
+  CHECK_FALSE(is_valid(raw<exec_error_type>(6)));
+  CHECK(is_valid(failure_kind::invalid_request));
+  CHECK_FALSE(is_valid(raw<failure_kind>(3)));
+  CHECK(is_valid(verification_state::stop));
+  CHECK_FALSE(is_valid(raw<verification_state>(9)));
+  CHECK(is_valid(failure_cause::invalid_request));
+  CHECK_FALSE(is_valid(raw<failure_cause>(9)));
+  CHECK_FALSE(is_valid(raw<exec_error_type>(42)));
+  CHECK_FALSE(is_valid(raw<exec_error_type>(255)));
+}
+
+TEST_CASE_METHOD(binary_fixture, "an exec result with an unknown error_type "
+                                 "loads as a sandbox failure naming it") {
+  exec_result res{"o", "e", 3, raw<exec_error_type>(42), "boom", "t"};
+  exec_result got;
+  REQUIRE(!load_from_wire(*sys, res, got));
+  CHECK(got.error_type == exec_error_type::sandbox);
+  CHECK(got.message ==
+        "the provider sent an unknown exec error_type 42 (boom)");
+  CHECK(got.return_code == 3);
+  CHECK(got.log_tail == "t");
+  exec_result fine{"o", "e", 0, exec_error_type::oom, "", ""};
+  REQUIRE(!load_from_wire(*sys, fine, got));
+  CHECK(got.error_type == exec_error_type::oom);
+  CHECK(got.message.empty());
+}
+
+TEST_CASE_METHOD(binary_fixture, "a failure with an unknown kind, state or "
+                                 "cause fails to load") {
+  auto bad_kind = sample_failure();
+  bad_kind.failure.kind = raw<failure_kind>(42);
+  auto bad_state = sample_failure();
+  bad_state.failure.state = raw<verification_state>(42);
+  auto bad_cause = sample_failure();
+  bad_cause.failure.cause = raw<failure_cause>(200);
+  for (auto& out : {bad_kind, bad_state, bad_cause}) {
+    verification_outcome got;
+    CHECK(load_from_wire(*sys, out, got) == caf::sec::invalid_argument);
+    verification_failure failure;
+    CHECK(load_from_wire(*sys, out.failure, failure) ==
+          caf::sec::invalid_argument);
+  }
+  verification_outcome got;
+  CHECK(!load_from_wire(*sys, sample_failure(), got));
+}
+
+TEST_CASE_METHOD(binary_fixture, "a bare sandbox_status loads unchecked (no "
+                                 "hook in CAF 0.17): is_valid tells") {
+  sandbox_status got = sandbox_status::running;
+  REQUIRE(!load_from_wire(*sys, raw<sandbox_status>(42), got));
+  CHECK(static_cast<unsigned>(got) == 42);
+  CHECK_FALSE(is_valid(got));
+}

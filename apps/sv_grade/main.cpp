@@ -174,13 +174,16 @@ provider_block load_provider_block(const std::string& path, size_t max_depth) {
   }
 }
 
-provider_actor start_provider(caf::actor_system& sys,
-                              const provider_block& block,
-                              const std::string& path) {
+/// The block's backend, its set-up done once (the local provider: the root,
+/// the interpreter, the isolation probe, the start-up reaper). The first
+/// provider and every replacement are spawned from it, so a replacement
+/// stops the sandboxes its predecessor created.
+std::shared_ptr<provider_backend> start_backend(const provider_block& block,
+                                                const std::string& path) {
   auto where = "provider config " +
                (path.empty() ? std::string{"(default)"} : path) + ": ";
   try {
-    return spawn_provider(sys, block);
+    return prepare_provider(block);
   } catch (const json_error& e) {
     throw usage_error(where + e.what()); // the path starts at the block
   } catch (const std::exception& e) {
@@ -210,9 +213,10 @@ private:
   std::vector<caf::actor> all_;
 };
 
-supervisor_config make_supervisor_config(const cli_options& opts,
-                                         const provider_block& block,
-                                         std::shared_ptr<provider_set> set) {
+supervisor_config
+make_supervisor_config(const cli_options& opts, const provider_block& block,
+                       std::shared_ptr<provider_backend> backend,
+                       std::shared_ptr<provider_set> set) {
   supervisor_config cfg;
   cfg.max_in_flight = opts.concurrency;
   cfg.max_creating = opts.max_creating;
@@ -225,10 +229,11 @@ supervisor_config make_supervisor_config(const cli_options& opts,
   };
   // A provider that dies mid-batch fails what it had in flight; the rest of
   // the batch goes on with a fresh one. The supervisor calls this off its
-  // scheduler threads (it may take seconds: python resolution, the isolation
-  // probe, the reaper), with backoff, and gives up after repeated crashes.
-  cfg.restart_provider = [block, set](caf::actor_system& sys) {
-    auto provider = spawn_provider(sys, block);
+  // scheduler threads, with backoff, and gives up after repeated crashes.
+  // The replacement comes from the same backend: it knows the sandboxes of
+  // the provider it replaces.
+  cfg.restart_provider = [backend, set](caf::actor_system& sys) {
+    auto provider = backend->spawn(sys);
     set->add(provider);
     return provider;
   };
@@ -466,11 +471,12 @@ int run(const cli_options& opts, terminal_bar& bar) {
   caf::actor_system sys{cfg};
   memory_use memory;
   memory.start_kib = proc_status_kib("VmRSS:");
-  auto provider = start_provider(sys, block, opts.provider_config);
+  auto backend = start_backend(block, opts.provider_config);
+  auto provider = backend->spawn(sys);
   auto providers = std::make_shared<provider_set>();
   providers->add(provider);
   auto supervisor = spawn_supervisor(
-    sys, provider, make_supervisor_config(opts, block, providers));
+    sys, provider, make_supervisor_config(opts, block, backend, providers));
   progress_options progress{bar.enabled() ? &bar : nullptr, io.total};
   if (io.total && io.answered.count > 0)
     progress.total = *io.total - std::min(*io.total, io.answered.count);
@@ -494,6 +500,9 @@ int run(const cli_options& opts, terminal_bar& bar) {
   std::tie(memory.cpu_user_s, memory.cpu_system_s) = own_cpu_seconds();
   memory.peak_kib = proc_status_kib("VmHWM:");
   shut_down(sys, driver, supervisor, *providers);
+  // Off the scheduler threads: what the providers left is stopped and their
+  // I/O threads are joined before the summary says the batch is over.
+  backend->shut_down();
   auto& summary = writer->summary_for_update();
   if (stats)
     summary.set_supervisor_stats(*stats);
