@@ -2,92 +2,189 @@
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
+#include <caf/detail/set_thread_name.hpp>
 #include <caf/detail/thread_safe_actor_clock.hpp>
 #include <caf/policy/work_stealing.hpp>
 #include <caf/scheduler/coordinator.hpp>
+#include <caf/sec.hpp>
+#include <caf/system_messages.hpp>
 #include <condition_variable>
+#include <map>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 namespace sv {
 
 namespace {
 
-/// The timeout bookkeeping of CAF's simple clock behind one mutex. (It
-/// derives from thread_safe_actor_clock only because the coordinator's
-/// `clock()` must return one; that class's ring buffer stays unused.)
+/// The clock: every timeout and delayed message of the system, fired by one
+/// thread ("caf.clock") that sleeps until the earliest deadline (CAF's clock
+/// wakes for every new request with a timeout).
+///
+/// It never runs foreign code under its mutex: sending, and destroying a
+/// timer (whose actor reference may be an actor's last, whose destructor
+/// calls cancel_timeouts on this clock from the same thread), happen after
+/// the lock is released. Expired and cancelled timers leave the schedule as
+/// map nodes under the lock and are shipped and destroyed outside it.
+///
+/// (It derives from thread_safe_actor_clock only because the coordinator's
+/// `clock()` must return one; that class's state stays unused.)
 class quiet_clock : public caf::detail::thread_safe_actor_clock {
 public:
-  using simple = caf::detail::simple_actor_clock;
+  enum class timer_kind : uint8_t {
+    ordinary, // an actor's receive timeout (`after`)
+    multi,    // a multi timeout
+    request,  // a request's timeout
+    message,  // a delayed message to an actor
+    group,    // a delayed message to a group
+  };
+
+  struct timer {
+    timer(timer_kind kind, caf::strong_actor_ptr actor)
+        : kind(kind), actor(std::move(actor)) {
+      // nop
+    }
+
+    timer_kind kind;
+    /// The actor that times out, or the receiver of a delayed message.
+    caf::strong_actor_ptr actor;
+    caf::atom_value type = static_cast<caf::atom_value>(0);
+    uint64_t id = 0;
+    caf::message_id request_id = caf::make_message_id();
+    caf::mailbox_element_ptr content;
+    caf::group target;
+    caf::strong_actor_ptr sender;
+    caf::message group_content;
+
+    bool cancellable() const {
+      return kind == timer_kind::ordinary || kind == timer_kind::multi ||
+             kind == timer_kind::request;
+    }
+  };
+
+  using schedule_map = std::multimap<time_point, timer>;
+  using node = schedule_map::node_type;
+  /// Timers taken out under the lock, shipped or destroyed after it.
+  using batch = std::vector<node>;
+
+  ~quiet_clock() override {
+    // Normally empty: run() drains the schedule when it stops.
+    batch rest;
+    drain_all(rest);
+  }
 
   void set_ordinary_timeout(time_point t, caf::abstract_actor* self,
                             caf::atom_value type, uint64_t id) override {
-    add(t, [&] { simple::set_ordinary_timeout(t, self, type, id); });
-  }
-
-  void set_request_timeout(time_point t, caf::abstract_actor* self,
-                           caf::message_id id) override {
-    add(t, [&] { simple::set_request_timeout(t, self, id); });
+    batch dropped; // destroyed after `guard` unlocks
+    std::unique_lock<std::mutex> guard{mtx_};
+    // One receive timeout per actor and type: a new one replaces the old.
+    take_if(self->id(), dropped, [&](const timer& x) {
+      return x.kind == timer_kind::ordinary && x.type == type;
+    });
+    timer x{timer_kind::ordinary, caf::strong_actor_ptr{self->ctrl()}};
+    x.type = type;
+    x.id = id;
+    insert(t, std::move(x));
   }
 
   void set_multi_timeout(time_point t, caf::abstract_actor* self,
                          caf::atom_value type, uint64_t id) override {
-    add(t, [&] { simple::set_multi_timeout(t, self, type, id); });
+    std::unique_lock<std::mutex> guard{mtx_};
+    timer x{timer_kind::multi, caf::strong_actor_ptr{self->ctrl()}};
+    x.type = type;
+    x.id = id;
+    insert(t, std::move(x));
+  }
+
+  void set_request_timeout(time_point t, caf::abstract_actor* self,
+                           caf::message_id id) override {
+    std::unique_lock<std::mutex> guard{mtx_};
+    timer x{timer_kind::request, caf::strong_actor_ptr{self->ctrl()}};
+    x.request_id = id;
+    insert(t, std::move(x));
   }
 
   void cancel_ordinary_timeout(caf::abstract_actor* self,
                                caf::atom_value type) override {
-    std::lock_guard<std::mutex> guard{mtx_};
-    simple::cancel_ordinary_timeout(self, type);
+    batch dropped;
+    std::unique_lock<std::mutex> guard{mtx_};
+    take_if(self->id(), dropped, [&](const timer& x) {
+      return x.kind == timer_kind::ordinary && x.type == type;
+    });
   }
 
   void cancel_request_timeout(caf::abstract_actor* self,
                               caf::message_id id) override {
-    std::lock_guard<std::mutex> guard{mtx_};
-    simple::cancel_request_timeout(self, id);
+    batch dropped;
+    std::unique_lock<std::mutex> guard{mtx_};
+    take_if(self->id(), dropped, [&](const timer& x) {
+      return x.kind == timer_kind::request && x.request_id == id;
+    });
   }
 
   void cancel_timeouts(caf::abstract_actor* self) override {
-    std::lock_guard<std::mutex> guard{mtx_};
-    simple::cancel_timeouts(self);
+    batch dropped;
+    std::unique_lock<std::mutex> guard{mtx_};
+    take_if(self->id(), dropped, [](const timer&) { return true; });
   }
 
   void schedule_message(time_point t, caf::strong_actor_ptr receiver,
                         caf::mailbox_element_ptr content) override {
-    add(t, [&] {
-      simple::schedule_message(t, std::move(receiver), std::move(content));
-    });
+    std::unique_lock<std::mutex> guard{mtx_};
+    timer x{timer_kind::message, std::move(receiver)};
+    x.content = std::move(content);
+    insert(t, std::move(x));
   }
 
   void schedule_message(time_point t, caf::group target,
                         caf::strong_actor_ptr sender,
                         caf::message content) override {
-    add(t, [&] {
-      simple::schedule_message(t, std::move(target), std::move(sender),
-                               std::move(content));
-    });
+    std::unique_lock<std::mutex> guard{mtx_};
+    timer x{timer_kind::group, nullptr};
+    x.target = std::move(target);
+    x.sender = std::move(sender);
+    x.group_content = std::move(content);
+    insert(t, std::move(x));
   }
 
   void cancel_all() override {
-    std::lock_guard<std::mutex> guard{mtx_};
-    simple::cancel_all();
+    batch dropped;
+    drain_all(dropped);
   }
 
   /// The timer thread: sleeps until the earliest deadline or a new earlier
-  /// one, fires what is due.
+  /// one, takes what is due out of the schedule, and ships it unlocked.
+  /// When stopped, it destroys what is left (unlocked too).
   void run() {
-    std::unique_lock<std::mutex> guard{mtx_};
-    while (!done_) {
-      if (schedule().empty()) {
-        cv_.wait(guard);
-        continue;
+    batch due;
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> guard{mtx_};
+        for (;;) {
+          if (done_)
+            break;
+          if (schedule_.empty()) {
+            cv_.wait(guard);
+            continue;
+          }
+          auto next = schedule_.begin()->first;
+          if (next > now()) {
+            cv_.wait_until(guard, next);
+            continue;
+          }
+          take_expired(due);
+          break;
+        }
       }
-      auto next = schedule().begin()->first;
-      if (next > now())
-        cv_.wait_until(guard, next);
-      else
-        trigger_expired_timeouts();
+      if (due.empty())
+        break; // done_
+      for (auto& x : due)
+        ship(x.mapped());
+      due.clear(); // destroys the timers, unlocked
     }
+    batch rest;
+    drain_all(rest);
   }
 
   void stop() {
@@ -96,19 +193,99 @@ public:
     cv_.notify_all();
   }
 
-private:
-  template <class F>
-  void add(time_point t, F&& insert) {
+  clock_counts counts() {
     std::lock_guard<std::mutex> guard{mtx_};
-    auto earliest = schedule().empty() || t < schedule().begin()->first;
-    insert();
+    return {schedule_.size(), lookup_.size()};
+  }
+
+private:
+  using lookup_map = std::multimap<caf::actor_id, schedule_map::iterator>;
+
+  /// Adds `x` to the schedule (under the lock); wakes the timer thread if
+  /// `x` is the new earliest deadline.
+  void insert(time_point t, timer&& x) {
+    auto earliest = schedule_.empty() || t < schedule_.begin()->first;
+    auto aid = x.actor && x.cancellable() ? x.actor->id() : caf::actor_id{0};
+    auto cancellable = x.cancellable();
+    // Equal deadlines keep their order of insertion (multimap::emplace).
+    auto i = schedule_.emplace(t, std::move(x));
+    if (cancellable)
+      lookup_.emplace(aid, i);
     if (earliest)
       cv_.notify_one();
+  }
+
+  /// Moves the timers of actor `aid` matching `pred` into `out` (under the
+  /// lock).
+  template <class Predicate>
+  void take_if(caf::actor_id aid, batch& out, Predicate pred) {
+    auto range = lookup_.equal_range(aid);
+    for (auto i = range.first; i != range.second;) {
+      if (pred(i->second->second)) {
+        out.push_back(schedule_.extract(i->second));
+        i = lookup_.erase(i);
+      } else {
+        ++i;
+      }
+    }
+  }
+
+  /// Moves every due timer, earliest first, into `out` (under the lock).
+  void take_expired(batch& out) {
+    auto t = now();
+    while (!schedule_.empty() && schedule_.begin()->first <= t) {
+      auto i = schedule_.begin();
+      if (i->second.cancellable())
+        unlink(i->second.actor->id(), i);
+      out.push_back(schedule_.extract(i));
+    }
+  }
+
+  void unlink(caf::actor_id aid, schedule_map::iterator i) {
+    auto range = lookup_.equal_range(aid);
+    for (auto j = range.first; j != range.second; ++j) {
+      if (j->second == i) {
+        lookup_.erase(j);
+        return;
+      }
+    }
+  }
+
+  /// Moves the whole schedule into `out`.
+  void drain_all(batch& out) {
+    std::lock_guard<std::mutex> guard{mtx_};
+    lookup_.clear();
+    while (!schedule_.empty())
+      out.push_back(schedule_.extract(schedule_.begin()));
+  }
+
+  /// Delivers a due timer (never under the lock).
+  static void ship(timer& x) {
+    switch (x.kind) {
+    case timer_kind::ordinary:
+    case timer_kind::multi:
+      x.actor->get()->eq_impl(caf::make_message_id(), x.actor, nullptr,
+                              caf::timeout_msg{x.type, x.id});
+      break;
+    case timer_kind::request:
+      x.actor->get()->eq_impl(x.request_id, x.actor, nullptr,
+                              caf::make_error(caf::sec::request_timeout));
+      break;
+    case timer_kind::message:
+      x.actor->enqueue(std::move(x.content), nullptr);
+      break;
+    case timer_kind::group:
+      x.target.eq_impl(caf::make_message_id(), std::move(x.sender), nullptr,
+                       std::move(x.group_content));
+      break;
+    }
   }
 
   std::mutex mtx_;
   std::condition_variable cv_;
   bool done_ = false;
+  schedule_map schedule_;
+  lookup_map lookup_;
 };
 
 } // namespace
@@ -216,7 +393,12 @@ public:
 
 protected:
   void start() override {
-    timer_ = std::thread{[this] { clock_.run(); }};
+    timer_ = std::thread{[this] {
+      caf::detail::set_thread_name("caf.clock");
+      system().thread_started();
+      clock_.run();
+      system().thread_terminates();
+    }};
     stealing::start();
   }
 
@@ -241,6 +423,13 @@ void install_scheduler(caf::actor_system_config& cfg) {
     [](caf::actor_system& sys) -> caf::actor_system::module* {
       return new quiet_coordinator(sys);
     });
+}
+
+std::optional<clock_counts> pending_timers(caf::actor_system& sys) {
+  auto* clock = dynamic_cast<quiet_clock*>(&sys.scheduler().clock());
+  if (clock == nullptr)
+    return std::nullopt;
+  return clock->counts();
 }
 
 } // namespace sv

@@ -82,7 +82,7 @@ TEST_CASE_METHOD(fixture, "ready polls with backoff until running") {
 
 // -- deadlines, to the tick ---------------------------------------------------
 
-TEST_CASE_METHOD(fixture, "create deadline: ready_timeout_s; no stop") {
+TEST_CASE_METHOD(fixture, "create deadline: ready_timeout_s, no stop") {
   start(fault_at(scripted_op::create, scripted_fault::hang));
   submit();
   auto out = reply_exactly_at(10s);
@@ -93,7 +93,7 @@ TEST_CASE_METHOD(fixture, "create deadline: ready_timeout_s; no stop") {
   CHECK(out.timings.stop == -1);
 }
 
-TEST_CASE_METHOD(fixture, "ready deadline: counted from create; stop once") {
+TEST_CASE_METHOD(fixture, "ready deadline: counted from create, stop once") {
   start(fault_at(scripted_op::status, scripted_fault::hang));
   submit();
   auto out = reply_exactly_at(10s);
@@ -164,7 +164,7 @@ TEST_CASE_METHOD(fixture, "a reply just inside a deadline is taken") {
 
 // -- errors -------------------------------------------------------------------
 
-TEST_CASE_METHOD(fixture, "create error: provider_unavailable; no stop") {
+TEST_CASE_METHOD(fixture, "create error: provider_unavailable, no stop") {
   start(fault_at(scripted_op::create, scripted_fault::error));
   submit();
   auto out = reply_now();
@@ -174,7 +174,7 @@ TEST_CASE_METHOD(fixture, "create error: provider_unavailable; no stop") {
   CHECK(ledger->stops() == 0);
 }
 
-TEST_CASE_METHOD(fixture, "status error: provider_unavailable; stop once") {
+TEST_CASE_METHOD(fixture, "status error: provider_unavailable, stop once") {
   start(fault_at(scripted_op::status, scripted_fault::error));
   submit();
   check_failure(reply_now(), failure_kind::provider_unavailable,
@@ -182,7 +182,7 @@ TEST_CASE_METHOD(fixture, "status error: provider_unavailable; stop once") {
   CHECK(ledger->not_stopped_once().empty());
 }
 
-TEST_CASE_METHOD(fixture, "upload error: provider_unavailable; stop once") {
+TEST_CASE_METHOD(fixture, "upload error: provider_unavailable, stop once") {
   start(fault_at(scripted_op::upload, scripted_fault::error));
   submit();
   check_failure(reply_now(), failure_kind::provider_unavailable,
@@ -190,7 +190,7 @@ TEST_CASE_METHOD(fixture, "upload error: provider_unavailable; stop once") {
   CHECK(ledger->not_stopped_once().empty());
 }
 
-TEST_CASE_METHOD(fixture, "exec error: provider_unavailable; stop once") {
+TEST_CASE_METHOD(fixture, "exec error: provider_unavailable, stop once") {
   start(fault_at(scripted_op::exec, scripted_fault::error));
   submit();
   check_failure(reply_now(), failure_kind::provider_unavailable,
@@ -208,7 +208,7 @@ TEST_CASE_METHOD(fixture,
   CHECK(out.failure.message.find("lost the runner") != std::string::npos);
 }
 
-TEST_CASE_METHOD(fixture, "download error: provider_unavailable; stop once") {
+TEST_CASE_METHOD(fixture, "download error: provider_unavailable, stop once") {
   start(fault_at(scripted_op::download, scripted_fault::error));
   submit();
   check_failure(reply_now(), failure_kind::provider_unavailable,
@@ -227,7 +227,7 @@ TEST_CASE_METHOD(fixture, "unparsable result.json: verifier_error in parse") {
   CHECK(ledger->not_stopped_once().empty());
 }
 
-TEST_CASE_METHOD(fixture, "stop error: the outcome stands; counted") {
+TEST_CASE_METHOD(fixture, "stop error: the outcome stands, counted") {
   start(fault_at(scripted_op::stop, scripted_fault::error));
   submit();
   auto out = reply_now();
@@ -288,7 +288,7 @@ TEST_CASE_METHOD(fixture, "invalid submissions are rejected without a "
   CHECK(ledger->calls(scripted_op::create) == 0);
 }
 
-TEST_CASE_METHOD(fixture, "a full queue rejects with overloaded; in-flight "
+TEST_CASE_METHOD(fixture, "a full queue rejects with overloaded, in-flight "
                           "ones still complete") {
   supervisor_config cfg;
   cfg.max_in_flight = 1;
@@ -320,7 +320,7 @@ TEST_CASE_METHOD(fixture, "a full queue rejects with overloaded; in-flight "
 }
 
 TEST_CASE_METHOD(fixture, "a throwing parser crashes the verification: "
-                          "verifier_error / crash; sandbox stopped") {
+                          "verifier_error / crash, sandbox stopped") {
   supervisor_config cfg;
   cfg.parser = [](const std::string&, json&, std::string&) -> bool {
     throw std::runtime_error("parser bug");
