@@ -129,7 +129,7 @@ TEST_CASE_METHOD(fixture, "a second stop is idempotent and counted as "
   CHECK(world->not_stopped_once() == std::vector<std::string>{h.sandbox_id});
 }
 
-TEST_CASE_METHOD(fixture, "a stopped sandbox takes no more work; its status "
+TEST_CASE_METHOD(fixture, "a stopped sandbox takes no more work, its status "
                           "is stopped") {
   auto p = spawn();
   auto h = create(p);
@@ -146,7 +146,7 @@ TEST_CASE_METHOD(fixture, "a stopped sandbox takes no more work; its status "
   CHECK(code_of(error_of(p, status_atom::value, ghost)) == no_such);
 }
 
-TEST_CASE_METHOD(fixture, "a stop's faults are faults of its answer; a "
+TEST_CASE_METHOD(fixture, "a stop's faults are faults of its answer, a "
                           "crashing stop stops nothing") {
   auto p =
     spawn(with_step(scripted_op::stop, {scripted_step{scripted_fault::error},
@@ -328,7 +328,7 @@ TEST_CASE_METHOD(fixture, "the ledger file's last line covers every actor "
 // -- the factory --------------------------------------------------------------
 
 TEST_CASE_METHOD(fixture, "providers spawned from one backend share a "
-                          "world; another backend does not") {
+                          "world, another backend does not") {
   auto block = parse_provider_block(json{{"scripted", json::object()}});
   auto backend = prepare_provider(block);
   auto first = keep(backend->spawn(sys));

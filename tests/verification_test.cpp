@@ -122,7 +122,7 @@ TEST_CASE_METHOD(fixture, "upload deadline: upload_timeout_s") {
   CHECK(ledger->not_stopped_once().empty());
 }
 
-TEST_CASE_METHOD(fixture, "exec deadline: exec_timeout_s plus grace; no "
+TEST_CASE_METHOD(fixture, "exec deadline: exec_timeout_s plus grace, no "
                           "report is the provider's fault") {
   start(fault_at(scripted_op::exec, scripted_fault::hang));
   submit();
@@ -411,7 +411,7 @@ TEST_CASE_METHOD(fixture, "a provider death during exec: node_down at once, "
 
 TEST_CASE_METHOD(tapped_fixture,
                  "a request bounced from a dying provider: no stop "
-                 "through it; the replacement stops the sandbox "
+                 "through it, the replacement stops the sandbox "
                  "once") {
   // The provider dies with the upload in its mailbox: the upload bounces to
   // the verification before the provider's down_msg reaches the supervisor.
