@@ -359,6 +359,10 @@ behavior enter_create(self_ptr self) {
   self->delayed_send(self, ready_timeout, deadline_atom::value, st.gen);
   auto spec = make_sandbox_spec(st.req, st.settings->default_metadata);
   auto patience = ready_timeout + seconds(st.req.config.stop_timeout_s);
+  // The provider counts from the create's arrival, later than now: half the
+  // stop deadline of slack keeps its answer inside our patience.
+  spec.create_deadline_s =
+    st.req.config.ready_timeout_s + st.req.config.stop_timeout_s / 2;
   // Not `in_state`: a sandbox that comes after the deadline is still ours.
   self->request(st.provider, patience, create_atom::value, std::move(spec))
     .then([=](sandbox_handle& handle) { on_created(self, handle); },

@@ -132,7 +132,8 @@ def main():
           f"{book['stopped']}, still running {book['live']}, stop calls "
           f"{book['stop_calls']} (repeated {book['repeated_stops']}, of them "
           f"after a crash {book['repeated_after_crash']}, unknown "
-          f"id {book['unknown_stops']}), not stopped exactly once "
+          f"id {book['unknown_stops']}), creates abandoned past their deadline "
+          f"{book['abandoned_creates']}, not stopped exactly once "
           f"{book['not_stopped_once']}")
     print(f"provider actors (ledger): spawned {book['actors_spawned']}, "
           f"crashed {book['crashes']}, alive at the end "

@@ -40,6 +40,10 @@ struct sandbox_spec {
   std::string image;
   double ttl_s = 0;
   double ready_timeout_s = 600;
+  /// Seconds from the create's arrival after which nobody waits for its
+  /// answer any more (0: no such deadline). A provider whose create finishes
+  /// later removes the sandbox itself instead of handing it to nobody.
+  double create_deadline_s = 0;
   std::string workdir = "/sandbox";
   env_map env;
   json metadata = json::object();
@@ -176,8 +180,8 @@ typename Inspector::result_type inspect(Inspector& f, sandbox_resources& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, sandbox_spec& x) {
   return f(caf::meta::type_name("sv::sandbox_spec"), x.image, x.ttl_s,
-           x.ready_timeout_s, x.workdir, x.env, x.metadata, x.resources,
-           x.provider_options);
+           x.ready_timeout_s, x.create_deadline_s, x.workdir, x.env, x.metadata,
+           x.resources, x.provider_options);
 }
 
 template <class Inspector>

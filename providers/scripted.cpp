@@ -232,8 +232,19 @@ caf::behavior scripted_provider(self_ptr self, scripted_script script,
     rp.deliver(ok_atom::value);
   };
   return {
-    [=](create_atom, sandbox_spec&) {
+    [=](create_atom, sandbox_spec& spec) {
+      auto arrived = self->clock().now();
+      auto deadline = spec.create_deadline_s;
       auto create = [=](caf::response_promise& rp) {
+        // Past the requester's patience: nobody would stop this sandbox.
+        if (deadline > 0 &&
+            self->clock().now() - arrived >
+              caf::timespan{static_cast<int64_t>(deadline * 1e9)}) {
+          self->state.world->on_create_abandoned();
+          rp.deliver(make_error(provider_errc::sandbox_error,
+                                "create: finished after its deadline"));
+          return;
+        }
         rp.deliver(
           sandbox_handle{self->state.world->on_created(), "scripted", ""});
       };

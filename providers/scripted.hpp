@@ -143,6 +143,9 @@ public:
   std::string on_created();
   /// The create in flight ended without a sandbox.
   void on_create_failed();
+  /// The create in flight finished after its `create_deadline_s`: no
+  /// sandbox, since nobody waits for it any more (counted).
+  void on_create_abandoned();
   /// Whether this world created `sandbox_id` (stopped or not).
   bool is_known(const std::string& sandbox_id) const;
   /// Whether `sandbox_id` was created and not yet stopped.
@@ -218,6 +221,7 @@ private:
   uint64_t stopped_ = 0;
   uint64_t repeated_stops_ = 0;
   uint64_t repeated_after_crash_ = 0;
+  uint64_t abandoned_creates_ = 0;
   std::vector<bool> crashed_actors_;
   uint64_t unknown_stops_ = 0;
   uint64_t starting_ = 0;

@@ -91,6 +91,12 @@ void scripted_world::on_create_failed() {
   --creating_;
 }
 
+void scripted_world::on_create_abandoned() {
+  guard g{mtx_};
+  --creating_;
+  ++abandoned_creates_;
+}
+
 bool scripted_world::is_known(const std::string& sandbox_id) const {
   guard g{mtx_};
   return find(sandbox_id) != nullptr;
@@ -264,6 +270,7 @@ json scripted_world::to_json_locked() const {
               {"stop_calls", stop_calls_},
               {"repeated_stops", repeated_stops_},
               {"repeated_after_crash", repeated_after_crash_},
+              {"abandoned_creates", abandoned_creates_},
               {"unknown_stops", unknown_stops_},
               {"not_stopped_once", not_once},
               {"peak_starting", peak_starting_},
