@@ -24,6 +24,11 @@ inline constexpr double max_timeout_s = 7 * 24 * 3600.0;
 /// not absolute, no empty, `.` or `..` component, no NUL byte.
 bool is_confined_path(std::string_view path);
 
+/// Whether setting the environment variable `name` steers the dynamic
+/// loader or libc (LD_*, GCONV_PATH, GLIBC_TUNABLES, MALLOC_*, ...): no env
+/// a caller sets may hold one.
+bool is_loader_variable(std::string_view name);
+
 /// Empty when `req` can be graded; otherwise what is wrong, naming the field
 /// ("files: missing sandbox_runner.py").
 std::string validate(const verification_request& req);

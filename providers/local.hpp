@@ -63,6 +63,10 @@ struct local_provider_config {
   /// root), each its own while it lives.
   uint64_t uid_base = 100000;
   uint64_t uid_count = 4096;
+  /// Whether a bwrap sandbox may create user namespaces (unshare or clone
+  /// with CLONE_NEWUSER): more kernel surface, so the seccomp filter denies
+  /// it unless this is set.
+  bool allow_user_namespaces = false;
   /// The cgroup, below each v1 hierarchy's root, that holds the sandboxes'.
   std::string cgroup_parent = "sv-sandboxes";
 

@@ -87,6 +87,12 @@ void read_isolation(const json& settings, local_provider_config& cfg) {
   read_field(settings, "uid_count", [&](const json& v) {
     cfg.uid_count = read_count(v, "uid_count", 1, 1 << 20);
   });
+  read_field(settings, "allow_user_namespaces", [&](const json& v) {
+    if (!v.is_boolean())
+      throw json_error("allow_user_namespaces",
+                       std::string{"expected a boolean, got "} + v.type_name());
+    cfg.allow_user_namespaces = v.get<bool>();
+  });
   read_field(settings, "cgroup_parent", [&](const json& v) {
     cfg.cgroup_parent = read_string(v, "cgroup_parent", false);
     if (cfg.cgroup_parent.front() == '/' ||
@@ -106,8 +112,8 @@ local_provider_config parse_local_provider_config(const json& settings) {
                {"root", "python", "max_download_bytes", "io_threads",
                 "isolation", "hide_paths", "max_processes", "max_log_bytes",
                 "default_memory_mib", "default_disk_mib", "sandbox_nice",
-                "uid_base", "uid_count", "cgroup_parent", "stop_attempts",
-                "stop_retry_ms"});
+                "uid_base", "uid_count", "cgroup_parent",
+                "allow_user_namespaces", "stop_attempts", "stop_retry_ms"});
   read_field(settings, "root",
              [&](const json& v) { cfg.root = read_string(v, "root", true); });
   read_field(settings, "python", [&](const json& v) {

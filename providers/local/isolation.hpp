@@ -9,6 +9,7 @@
 #include "providers/local/host/uid_pool.hpp"
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,8 +21,14 @@ struct local_provider_config;
 namespace sv::detail {
 
 struct python_install;
+class seccomp_filter;
 
 enum class isolation_mode { none, bwrap };
+
+/// The whole environment of bwrap and every other helper the provider runs
+/// as root: nothing a caller set reaches them.
+inline constexpr const char* launcher_env_path =
+  "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// What every sandbox of a provider gets, and what holds.
 struct isolation_settings {
@@ -31,10 +38,14 @@ struct isolation_settings {
   /// bubblewrap, and setpriv that drops to the sandbox's uid inside it.
   std::string bwrap;
   std::string setpriv;
+  /// env(1), which sets the command's environment after setpriv's drop.
+  std::string env_program;
   /// bwrap arguments that build the sandbox's view of the host.
   std::vector<std::string> host_view;
   /// Top-level entries of the host, which a workdir must not replace.
   std::vector<std::string> top_level;
+  /// The seccomp filter bwrap loads before the command (bwrap mode).
+  std::shared_ptr<const seccomp_filter> seccomp;
   /// Paths hidden behind an empty tmpfs.
   std::vector<std::string> hidden;
   cgroup_layout cgroups;
@@ -67,11 +78,12 @@ std::string check_workdir(const isolation_settings& s,
 /// The command that runs `argv` (argv[0] an absolute program path) in a
 /// bwrap sandbox whose directory `host_dir` appears at `workdir`, in its
 /// subdirectory `cwd`, as `uid` (-1: the service's). bwrap writes its
-/// status to fd 3.
-std::vector<std::string> bwrap_command(const isolation_settings& s,
-                                       const std::string& host_dir,
-                                       const std::string& workdir,
-                                       const std::string& cwd, int64_t uid,
-                                       const std::vector<std::string>& argv);
+/// status to fd 3 and reads the seccomp program from fd 4. The command gets
+/// exactly `env` (--clearenv, then --setenv each).
+std::vector<std::string>
+bwrap_command(const isolation_settings& s, const std::string& host_dir,
+              const std::string& workdir, const std::string& cwd, int64_t uid,
+              const std::vector<std::string>& argv,
+              const std::map<std::string, std::string>& env);
 
 } // namespace sv::detail

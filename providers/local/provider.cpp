@@ -65,6 +65,11 @@ caf::error check_env(const env_map& env) {
         v.find('\0') != std::string::npos)
       return make_error(provider_errc::invalid_argument,
                         "env: invalid variable \"" + k + "\"");
+    else if (is_loader_variable(k))
+      return make_error(provider_errc::invalid_argument,
+                        "env: \"" + k +
+                          "\" steers the dynamic loader or libc and may not "
+                          "be set");
   return caf::none;
 }
 

@@ -1,6 +1,7 @@
 #include "providers/local/sandbox/launch_plan.hpp"
 
 #include "providers/local/host/process.hpp"
+#include "providers/local/host/seccomp.hpp"
 #include "providers/local/isolation.hpp"
 #include "providers/local/sandbox/confined_fs.hpp"
 #include "providers/local/sandbox/sandbox.hpp"
@@ -13,8 +14,7 @@ namespace sv::detail {
 
 namespace {
 
-std::vector<std::string> build_env(const local_sandbox& sb,
-                                   const env_map& extra) {
+env_map build_env(const local_sandbox& sb, const env_map& extra) {
   // Never the service's own environment: secrets must not reach a runner.
   env_map env{{"PATH", sandbox_path},
               {"HOME", sb.workdir},
@@ -26,6 +26,10 @@ std::vector<std::string> build_env(const local_sandbox& sb,
     env[k] = v;
   // Last, so no request can remove the marker stop relies on.
   env["SV_SANDBOX_ID"] = sb.id;
+  return env;
+}
+
+std::vector<std::string> env_entries(const env_map& env) {
   std::vector<std::string> out;
   out.reserve(env.size());
   for (auto& [k, v] : env)
@@ -61,7 +65,8 @@ launch_plan make_launch_plan(const local_sandbox& sb, const exec_request& req,
     p.log =
       open_confined_log(sb.dir.get(), req.log_path, sb.confinement.uid.uid);
   p.timeout_s = req.timeout_s;
-  p.env = build_env(sb, req.env);
+  auto env = build_env(sb, req.env);
+  p.env = env_entries(env);
   p.argv = req.argv;
   const auto& name = req.argv.front();
   if (name == cfg.python_name || name == "python3" || name == "python") {
@@ -82,13 +87,28 @@ launch_plan make_launch_plan(const local_sandbox& sb, const exec_request& req,
   p.max_output = iso.max_log_bytes;
   p.rlimits = limits_for(sb, iso);
   p.nice = iso.nice;
+  // env(1) (bwrap_command) would take a program path with '=' for a
+  // variable.
+  if (iso.mode == isolation_mode::bwrap && p.error.empty() &&
+      p.program.find('=') != std::string::npos)
+    p.error = "cannot run " + p.program + ": a program path with '='";
   if (iso.mode == isolation_mode::bwrap && p.error.empty()) {
     auto argv = std::move(p.argv);
     argv.front() = p.program;
     p.argv = bwrap_command(iso, sb.path, sb.workdir, req.cwd,
-                           sb.confinement.uid.uid, argv);
+                           sb.confinement.uid.uid, argv, env);
     p.program = iso.bwrap;
     p.bwrap = true;
+    // bwrap (and setpriv inside) run as root: a fixed environment, never
+    // the command's (bwrap_command sets that inside, with --setenv). The
+    // marker stays, so a sweep by environment finds bwrap too.
+    p.env = {launcher_env_path, sandbox_marker(sb.id)};
+    if (iso.seccomp) {
+      p.seccomp.reset(iso.seccomp->open_program());
+      if (!p.seccomp)
+        p.error = std::string{"cannot open the seccomp program: "} +
+                  std::strerror(errno);
+    }
   }
   return p;
 }
