@@ -5,10 +5,14 @@
 // missing.
 
 #include "isolation_fixture.hpp"
+#include "providers/local/host/trusted_dir.hpp"
 
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <fcntl.h>
+#include <fstream>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <thread>
 
@@ -172,4 +176,110 @@ TEST_CASE("a loader variable in a caller's env is refused, root sees none") {
     CHECK(env.find("HOME=") == std::string::npos);
   }
   f->stop_and_expect_gone(h);
+}
+
+// -- the sandbox root ---------------------------------------------------------
+
+namespace {
+
+bool write_text(const std::string& path, const std::string& text) {
+  std::ofstream out{path};
+  out << text;
+  return static_cast<bool>(out);
+}
+
+/// Whether making a registry on `root` fails with a message holding `what`.
+void expect_refused(const std::string& root, const std::string& what) {
+  local_provider_config cfg;
+  cfg.root = root;
+  cfg.isolation = "none";
+  try {
+    make_local_registry(cfg);
+    FAIL("the root " << root << " was accepted");
+  } catch (const std::runtime_error& e) {
+    INFO(e.what());
+    CHECK(std::string{e.what()}.find("refusing the sandbox root") !=
+          std::string::npos);
+    CHECK(std::string{e.what()}.find(what) != std::string::npos);
+  }
+}
+
+} // namespace
+
+TEST_CASE("a sandbox root another user owns, or others may write, is refused") {
+  temp_dir base;
+  auto root = base.path + "/theirs";
+  REQUIRE(::mkdir(root.c_str(), 0700) == 0);
+  REQUIRE(::chown(root.c_str(), 4242, 4242) == 0);
+  expect_refused(root, "owned by uid 4242");
+  auto open = base.path + "/open";
+  REQUIRE(::mkdir(open.c_str(), 0700) == 0);
+  REQUIRE(::chmod(open.c_str(), 0777) == 0);
+  expect_refused(open, "writable by its group or others");
+  // Below a directory another user controls: they could swap it.
+  auto lent = base.path + "/lent";
+  REQUIRE(::mkdir(lent.c_str(), 0755) == 0);
+  REQUIRE(::chown(lent.c_str(), 4242, 4242) == 0);
+  expect_refused(lent + "/sv", lent + " is owned by uid 4242");
+}
+
+TEST_CASE("a sandbox root that is a symlink, or lies behind one, is refused") {
+  temp_dir base;
+  auto real = base.path + "/real";
+  REQUIRE(::mkdir(real.c_str(), 0700) == 0);
+  auto link = base.path + "/link";
+  REQUIRE(::symlink(real.c_str(), link.c_str()) == 0);
+  expect_refused(link, "symlink");
+  REQUIRE(::mkdir((real + "/sv").c_str(), 0700) == 0);
+  expect_refused(link + "/sv", "symlink");
+}
+
+TEST_CASE("remove_tree_at removes a deep tree and never follows a symlink") {
+  temp_dir base;
+  // Outside the tree: a file and a directory a symlink in it points to.
+  auto keep = base.path + "/keep";
+  REQUIRE(::mkdir(keep.c_str(), 0700) == 0);
+  REQUIRE(write_text(keep + "/precious", "x"));
+  auto tree = base.path + "/tree";
+  std::string dir = tree;
+  REQUIRE(::mkdir(dir.c_str(), 0700) == 0);
+  // Deeper than PATH_MAX allows by path, built relative to descriptors.
+  detail::unique_fd fd{::open(dir.c_str(), O_RDONLY | O_DIRECTORY)};
+  for (int i = 0; i < 3000; ++i) {
+    REQUIRE(::mkdirat(fd.get(), "d", 0700) == 0);
+    if (i % 500 == 0) {
+      REQUIRE(::symlinkat(keep.c_str(), fd.get(), "to-keep") == 0);
+      detail::unique_fd f{
+        ::openat(fd.get(), "file", O_WRONLY | O_CREAT | O_CLOEXEC, 0600)};
+    }
+    fd.reset(::openat(fd.get(), "d", O_RDONLY | O_DIRECTORY));
+    REQUIRE(fd);
+  }
+  fd.reset();
+  detail::unique_fd parent{::open(base.path.c_str(), O_RDONLY | O_DIRECTORY)};
+  CHECK(detail::remove_tree_at(parent.get(), "tree") == "");
+  CHECK(!path_exists(tree));
+  CHECK(read_text(keep + "/precious") == "x");
+  // A symlink by itself is unlinked, not followed.
+  REQUIRE(::symlink(keep.c_str(), tree.c_str()) == 0);
+  CHECK(detail::remove_tree_at(parent.get(), "tree") == "");
+  CHECK(!path_exists(tree));
+  CHECK(read_text(keep + "/precious") == "x");
+}
+
+TEST_CASE("remove_tree_at does not cross into a mount left in the tree") {
+  temp_dir base;
+  auto tree = base.path + "/tree";
+  REQUIRE(::mkdir(tree.c_str(), 0700) == 0);
+  REQUIRE(::mkdir((tree + "/m").c_str(), 0700) == 0);
+  REQUIRE(::mount("sv-test", (tree + "/m").c_str(), "tmpfs", 0, "size=1m") ==
+          0);
+  REQUIRE(write_text(tree + "/m/inside", "x"));
+  detail::unique_fd parent{::open(base.path.c_str(), O_RDONLY | O_DIRECTORY)};
+  auto err = detail::remove_tree_at(parent.get(), "tree");
+  CHECK(err.find("mount point") != std::string::npos);
+  CHECK(read_text(tree + "/m/inside") == "x");
+  REQUIRE(::umount2((tree + "/m").c_str(), UMOUNT_NOFOLLOW) == 0);
+  CHECK(detail::remove_tree_at(parent.get(), "tree") == "");
+  CHECK(!path_exists(tree));
 }

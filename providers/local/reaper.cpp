@@ -49,7 +49,8 @@ void list_sandboxes(const std::string& dir, std::set<std::string>& out) {
 
 } // namespace
 
-size_t reap_orphans(const std::string& root, const cgroup_layout& cgroups) {
+size_t reap_orphans(int root_fd, const std::string& root,
+                    const cgroup_layout& cgroups) {
   std::set<std::string> names;
   list_sandboxes(root, names);
   for (auto* dir : {&cgroups.pids, &cgroups.memory, &cgroups.cpu})
@@ -74,7 +75,7 @@ size_t reap_orphans(const std::string& root, const cgroup_layout& cgroups) {
                  "survived SIGKILL",
                  left);
   for (auto& name : orphans)
-    if (auto err = remove_sandbox_dir(root + "/" + name); !err.empty())
+    if (auto err = remove_sandbox_dir(root_fd, root, name); !err.empty())
       spdlog::warn("local provider: reaping {}: {}", name, err);
   return orphans.size();
 }

@@ -1,10 +1,11 @@
 #include "providers/local/host/mounts.hpp"
 
+#include "providers/local/host/trusted_dir.hpp"
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -88,14 +89,13 @@ std::string unmount_tree(const std::string& path) {
   return failed;
 }
 
-std::string remove_sandbox_dir(const std::string& path) {
-  auto failed = unmount_tree(path);
-  // remove_all never follows symlinks: it unlinks the link itself.
-  std::error_code ec;
-  std::filesystem::remove_all(path, ec);
-  if (ec)
-    failed += (failed.empty() ? "cannot remove " : "; cannot remove ") + path +
-              ": " + ec.message();
+std::string remove_sandbox_dir(int root_fd, const std::string& root,
+                               const std::string& name) {
+  auto failed = unmount_tree(root + "/" + name);
+  auto removed = remove_tree_at(root_fd, name);
+  if (!removed.empty())
+    failed += (failed.empty() ? "cannot remove " : "; cannot remove ") + root +
+              "/" + name + ": " + removed;
   return failed;
 }
 

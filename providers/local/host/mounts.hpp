@@ -22,8 +22,10 @@ std::string unmount_tree(const std::string& path);
 /// Mount points at or below `path`, from /proc/self/mountinfo.
 std::vector<std::string> mounts_below(const std::string& path);
 
-/// Removes the directory of a sandbox: its mounts, then the tree. Returns
-/// what failed, or "".
-std::string remove_sandbox_dir(const std::string& path);
+/// Removes the directory `name` of a sandbox in the root `root` (open as
+/// `root_fd`): its mounts, then the tree, relative to descriptors
+/// (remove_tree_at). Returns what failed, or "".
+std::string remove_sandbox_dir(int root_fd, const std::string& root,
+                               const std::string& name);
 
 } // namespace sv::detail

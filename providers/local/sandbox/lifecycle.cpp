@@ -63,12 +63,14 @@ make_local_sandbox(const isolation_settings& iso, int root_fd,
                                std::strerror(errno));
     auto sb = std::make_shared<local_sandbox>(strand, id, path, std::move(dir),
                                               spec.env);
+    sb->root_fd = root_fd;
+    sb->root = root;
     sb->workdir = iso.mode == isolation_mode::bwrap ? spec.workdir : path;
     sb->confinement = std::move(conf);
     return sb;
   } catch (...) {
     conf.cgroups.remove();
-    remove_sandbox_dir(path);
+    remove_sandbox_dir(root_fd, root, id);
     throw;
   }
 }
@@ -91,7 +93,7 @@ caf::error teardown_local_sandbox(local_sandbox& sb) {
   // but the uid is gone.
   std::string failed = survivors == 0 ? conf.cgroups.remove() : "";
   sb.dir.reset();
-  auto removed = remove_sandbox_dir(sb.path);
+  auto removed = remove_sandbox_dir(sb.root_fd, sb.root, sb.id);
   if (!removed.empty())
     failed += (failed.empty() ? "" : "; ") + removed;
   if (survivors > 0)

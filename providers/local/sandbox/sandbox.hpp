@@ -65,6 +65,10 @@ struct local_sandbox {
   const std::string id;
   /// Absolute path of the sandbox directory on the host.
   const std::string path;
+  /// The sandbox root (the registry's descriptor, which outlives every
+  /// sandbox), where teardown removes `id` relative to it.
+  int root_fd = -1;
+  std::string root;
   /// Where its commands see the directory (HOME): `path`, or the spec's
   /// workdir under bwrap.
   std::string workdir;
