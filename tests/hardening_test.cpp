@@ -6,14 +6,19 @@
 
 #include "isolation_fixture.hpp"
 #include "providers/local/host/trusted_dir.hpp"
+#include "providers/local/host/uid_pool.hpp"
 
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <fcntl.h>
 #include <fstream>
+#include <linux/keyctl.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <thread>
 
 using namespace sv;
@@ -282,4 +287,124 @@ TEST_CASE("remove_tree_at does not cross into a mount left in the tree") {
   REQUIRE(::umount2((tree + "/m").c_str(), UMOUNT_NOFOLLOW) == 0);
   CHECK(detail::remove_tree_at(parent.get(), "tree") == "");
   CHECK(!path_exists(tree));
+}
+
+// -- uids ---------------------------------------------------------------------
+
+namespace {
+
+/// A child process running as `uid` that does `f` and exits with what it
+/// returns; `wait` false leaves it running (the caller kills it).
+pid_t fork_as(uid_t uid, int (*f)()) {
+  auto pid = ::fork();
+  if (pid == 0) {
+    // Raw system calls: the parent has threads.
+    if (::syscall(SYS_setgroups, 0, nullptr) != 0 ||
+        ::syscall(SYS_setresgid, uid, uid, uid) != 0 ||
+        ::syscall(SYS_setresuid, uid, uid, uid) != 0)
+      ::_exit(100);
+    ::_exit(f());
+  }
+  return pid;
+}
+
+int exit_status(pid_t pid) {
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    // retry
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+int plant_key() {
+  auto key = ::syscall(SYS_add_key, "user", "sv-secret", "hunter2", 7,
+                       KEY_SPEC_USER_KEYRING);
+  if (key < 0)
+    return 1;
+  // Readable by anyone who can see it: the red team's key.
+  return ::syscall(SYS_keyctl, KEYCTL_SETPERM, key, 0x3f3f3f3f) == 0 ? 0 : 2;
+}
+
+int find_key() {
+  auto key = ::syscall(SYS_keyctl, KEYCTL_SEARCH, KEY_SPEC_USER_KEYRING, "user",
+                       "sv-secret", 0);
+  return key >= 0 ? 0 : errno == ENOKEY ? 1 : 2;
+}
+
+int linger() {
+  for (;;)
+    ::pause();
+}
+
+} // namespace
+
+TEST_CASE("the default uid range avoids subordinate ids, users and groups") {
+  temp_dir etc;
+  std::ofstream{etc.path + "/subuid"} << "alice:165536:65536\n";
+  std::ofstream{etc.path + "/subgid"} << "alice:231072:65536\n";
+  std::ofstream{etc.path + "/login.defs"}
+    << "# comment\nSUB_UID_MIN 100000\nSUB_UID_MAX 600100000\n"
+       "SUB_UID_COUNT 65536\nSUB_GID_MIN 100000\nSUB_GID_MAX 600100000\n"
+       "SUB_GID_COUNT 65536\n";
+  std::ofstream{etc.path + "/passwd"} << "root:x:0:0::/root:/bin/sh\n"
+                                         "odd:x:66000:66000::/:/bin/sh\n";
+  std::ofstream{etc.path + "/group"} << "root:x:0:\n";
+  // Between the user 66000 and SUB_UID_MIN 100000.
+  CHECK(detail::free_uid_base(4096, etc.path) == 66001);
+  // Too many for that gap: above every subordinate range login.defs allows.
+  CHECK(detail::free_uid_base(40000, etc.path) == 600100000 + 65536);
+  // This host's real files give a range that overlaps none of them.
+  auto base = detail::free_uid_base(4096);
+  CHECK(base >= 65536);
+  CHECK((base + 4096 <= 100000 || base >= 600100000 + 65536));
+}
+
+TEST_CASE("a uid whose process survived is not leased; its keys are cleared") {
+  uid_t uid = 1000000 + static_cast<uid_t>(::getpid()) * 16 + 8;
+  auto f = make_isolated([uid](local_provider_config& c) {
+    c.uid_base = uid;
+    c.uid_count = 1;
+  });
+  // A key left in the uid's keyring (by a run without the filter, say).
+  REQUIRE(exit_status(fork_as(uid, plant_key)) == 0);
+  REQUIRE(exit_status(fork_as(uid, find_key)) == 0);
+  // A process of the uid that no stop of any sandbox killed.
+  auto survivor = fork_as(uid, linger);
+  REQUIRE(eventually([&] { return detail::uid_in_use(uid); }));
+  sandbox_spec spec;
+  auto r = f->ask<sandbox_handle>(create_atom::value, spec);
+  REQUIRE(!r.value);
+  CHECK(r.message().find("sandbox uids are in use") != std::string::npos);
+  ::kill(survivor, SIGKILL);
+  exit_status(survivor);
+  // Free again, and the key is gone once the uid is leased.
+  auto h = f->create();
+  CHECK(f->uid_of(h) == uid);
+  CHECK(exit_status(fork_as(uid, find_key)) == 1);
+  CHECK(path_exists("/run/sv-sandbox-uids/" + std::to_string(uid) + ".lock"));
+  f->stop_and_expect_gone(h);
+  // The lease file goes with the lease.
+  CHECK(!path_exists("/run/sv-sandbox-uids/" + std::to_string(uid) + ".lock"));
+}
+
+TEST_CASE("a process that escaped the cgroups keeps its uid out of the pool") {
+  uid_t uid = 1000000 + static_cast<uid_t>(::getpid()) * 16 + 9;
+  auto f = make_isolated([uid](local_provider_config& c) {
+    c.uid_base = uid;
+    c.uid_count = 1;
+  });
+  auto h = f->create();
+  REQUIRE(f->uid_of(h) == uid);
+  // Stands in for a process of the sandbox outside its cgroups: the stop
+  // must find it by uid and kill it before the uid is given back.
+  auto straggler = fork_as(uid, linger);
+  REQUIRE(eventually([&] { return detail::uid_in_use(uid); }));
+  auto r = f->stop(h);
+  INFO(r.message());
+  CHECK(r.value);
+  CHECK(exit_status(straggler) == 128 + SIGKILL);
+  CHECK(!detail::uid_in_use(uid));
+  auto again = f->create();
+  CHECK(f->uid_of(again) == uid);
+  f->stop_and_expect_gone(again);
 }

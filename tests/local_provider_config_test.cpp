@@ -100,7 +100,7 @@ TEST_CASE("isolation and limit settings are strict") {
     parse_local_provider_config(json{{"hide_paths", {"/a/../b"}}}), json_error);
   CHECK_THROWS_AS(parse_local_provider_config(json{{"max_log_bytes", 100}}),
                   json_error);
-  CHECK_THROWS_AS(parse_local_provider_config(json{{"uid_base", 0}}),
+  CHECK_THROWS_AS(parse_local_provider_config(json{{"uid_base", 999}}),
                   json_error);
   CHECK_THROWS_AS(parse_local_provider_config(json{{"cgroup_parent", "/abs"}}),
                   json_error);

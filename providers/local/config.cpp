@@ -82,7 +82,10 @@ void read_isolation(const json& settings, local_provider_config& cfg) {
     cfg.hide_paths = read_paths(v, "hide_paths");
   });
   read_field(settings, "uid_base", [&](const json& v) {
-    cfg.uid_base = read_count(v, "uid_base", 1000, (uint64_t{1} << 31) - 1);
+    cfg.uid_base = read_count(v, "uid_base", 0, (uint64_t{1} << 31) - 1);
+    if (cfg.uid_base != 0 && cfg.uid_base < 1000)
+      throw json_error("uid_base", "expected 0 (a free range) or a uid of "
+                                   "at least 1000");
   });
   read_field(settings, "uid_count", [&](const json& v) {
     cfg.uid_count = read_count(v, "uid_count", 1, 1 << 20);

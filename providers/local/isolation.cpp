@@ -245,10 +245,14 @@ isolation_settings prepare_isolation(const local_provider_config& cfg,
   }
   if (cfg.isolation == "none")
     return s;
-  if (s.privileged)
-    s.uids = std::make_shared<uid_pool>(uid_lock_dir,
-                                        static_cast<uint32_t>(cfg.uid_base),
-                                        static_cast<uint32_t>(cfg.uid_count));
+  if (s.privileged) {
+    auto count = static_cast<uint32_t>(cfg.uid_count);
+    // By default a range no subordinate id range of the host (rootless
+    // containers) overlaps, and no user or group.
+    auto base = cfg.uid_base != 0 ? static_cast<uint32_t>(cfg.uid_base)
+                                  : free_uid_base(count);
+    s.uids = std::make_shared<uid_pool>(uid_lock_dir, base, count);
+  }
   build_host_view(s, python);
   choose_mode(s, cfg.isolation == "bwrap", cfg.allow_user_namespaces, python);
   return s;

@@ -89,6 +89,11 @@ caf::error teardown_local_sandbox(local_sandbox& sb) {
     survivors +=
       kill_matching([&marker](pid_t p) { return has_env_entry(p, marker); });
   }
+  // Whatever still runs as the sandbox's uid (it left the cgroups, or was
+  // never in them): the uid is only given back when nothing of it lives.
+  if (auto uid = conf.uid.uid; uid >= 0 && survivors == 0)
+    survivors +=
+      kill_matching([uid](pid_t p) { return process_has_uid(p, uid); });
   // The cgroups before the directory: a directory gone means everything
   // but the uid is gone.
   std::string failed = survivors == 0 ? conf.cgroups.remove() : "";
@@ -103,7 +108,7 @@ caf::error teardown_local_sandbox(local_sandbox& sb) {
   if (!failed.empty())
     return make_error(provider_errc::io_error, failed);
   // Only now may another sandbox get the uid: nothing of this one is left.
-  conf.uid = uid_lease{};
+  conf.uid.release();
   return caf::none;
 }
 
