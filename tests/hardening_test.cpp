@@ -5,6 +5,7 @@
 // missing.
 
 #include "isolation_fixture.hpp"
+#include "providers/local/host/mounts.hpp"
 #include "providers/local/host/trusted_dir.hpp"
 #include "providers/local/host/uid_pool.hpp"
 
@@ -15,6 +16,7 @@
 #include <fcntl.h>
 #include <fstream>
 #include <linux/keyctl.h>
+#include <sstream>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -407,4 +409,67 @@ TEST_CASE("a process that escaped the cgroups keeps its uid out of the pool") {
   auto again = f->create();
   CHECK(f->uid_of(again) == uid);
   f->stop_and_expect_gone(again);
+}
+
+// -- bounded teardown ---------------------------------------------------------
+
+TEST_CASE("every tmpfs of a sandbox has its own size and inode limit") {
+  auto f = make_isolated();
+  auto h = f->create();
+  auto r = f->sh(h, "python3 -c \"import os\nfor p in ('.', '/tmp', "
+                    "'/dev/shm'):\n s = os.statvfs(p); print(s.f_blocks * "
+                    "s.f_frsize, s.f_files)\"");
+  INFO(r.stderr_text);
+  uint64_t disk = f->provider_cfg.default_disk_mib << 20;
+  auto line = [](uint64_t bytes) {
+    return std::to_string(bytes) + " " +
+           std::to_string(detail::tmpfs_inodes(bytes)) + "\n";
+  };
+  CHECK(r.stdout_text == line(disk) + line(disk / 4) + line(disk / 16));
+  // Written in one exec, read in the next: /tmp is the sandbox's.
+  CHECK(f->sh(h, "echo x > /tmp/t && echo y > /dev/shm/s").return_code == 0);
+  CHECK(f->sh(h, "cat /tmp/t /dev/shm/s").stdout_text == "x\ny\n");
+  f->stop_and_expect_gone(h);
+}
+
+TEST_CASE("a sandbox full of files stops promptly, bounded by its inodes") {
+  auto f = make_isolated();
+  sandbox_spec spec;
+  spec.resources.disk_gib = 1.5; // 196608 inodes
+  auto h = f->create_with(spec);
+  auto r =
+    f->exec(h, exec_request{{"python3", "-c",
+                             "import os\n"
+                             "n = 0\n"
+                             "try:\n"
+                             "    while True:\n"
+                             "        os.close(os.open('f%d' % n, os.O_CREAT | "
+                             "os.O_WRONLY))\n"
+                             "        n += 1\n"
+                             "except OSError as e:\n"
+                             "    print(n, e.errno)\n"},
+                            "",
+                            {},
+                            60,
+                            ""});
+  REQUIRE(r.value);
+  INFO(r.value->stderr_text);
+  std::istringstream out{r.value->stdout_text};
+  uint64_t files = 0;
+  int err = 0;
+  REQUIRE(out >> files >> err);
+  CHECK(err == ENOSPC);
+  uint64_t inodes = detail::tmpfs_inodes(uint64_t{1536} << 20);
+  CHECK(files + 8 >= inodes);
+  CHECK(files <= inodes);
+  auto uid = f->uid_of(h);
+  auto start = std::chrono::steady_clock::now();
+  auto stopped = f->stop(h);
+  auto took = std::chrono::steady_clock::now() - start;
+  CHECK(stopped.value);
+  WARN("stop of a sandbox with " << files << " files took "
+                                 << std::chrono::duration<double>(took).count()
+                                 << " s");
+  CHECK(took < std::chrono::seconds{2});
+  f->expect_gone(h.sandbox_id, uid);
 }

@@ -108,13 +108,10 @@ void reveal(std::vector<std::string>& args, const std::string& hidden_dir,
 }
 
 void build_host_view(isolation_settings& s, const python_install& python) {
-  auto scratch = s.default_disk_mib * 1024 * 1024;
   s.top_level = list_root();
   for (auto& name : s.top_level)
     add_top_level(s, name);
   add(s.host_view, {"--proc", "/proc", "--dev", "/dev"});
-  add_scratch(s.host_view, "/dev/shm", scratch);
-  add_scratch(s.host_view, "/tmp", scratch);
   for (auto& path : s.hidden) {
     struct stat st;
     // Top-level ones are done; /tmp, /dev and /proc are private anyway.
@@ -345,7 +342,7 @@ std::vector<std::string>
 bwrap_command(const isolation_settings& s, const std::string& host_dir,
               const std::string& workdir, const std::string& cwd, int64_t uid,
               const std::vector<std::string>& argv,
-              const std::map<std::string, std::string>& env) {
+              const std::map<std::string, std::string>& env, bool scratch) {
   std::vector<std::string> out{
     s.bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
     "--unshare-cgroup-try", "--hostname", "sandbox", "--die-with-parent",
@@ -364,6 +361,16 @@ bwrap_command(const isolation_settings& s, const std::string& host_dir,
     for (auto& [k, v] : env)
       add(out, {"--setenv", k, v});
   out.insert(out.end(), s.host_view.begin(), s.host_view.end());
+  // /tmp and /dev/shm: the sandbox's own tmpfs (size and inode limits),
+  // else (not root, or the probe) bwrap's, sized only.
+  if (scratch) {
+    add(out, {"--bind", host_dir + ".tmp", "/tmp"});
+    add(out, {"--bind", host_dir + ".shm", "/dev/shm"});
+  } else {
+    auto bytes = s.default_disk_mib * 1024 * 1024;
+    add_scratch(out, "/dev/shm", bytes);
+    add_scratch(out, "/tmp", bytes);
+  }
   auto dir = workdir.empty() ? std::string{"/"} : workdir;
   if (!host_dir.empty())
     add(out, {"--bind", host_dir, workdir});

@@ -79,11 +79,13 @@ std::string check_workdir(const isolation_settings& s,
 /// bwrap sandbox whose directory `host_dir` appears at `workdir`, in its
 /// subdirectory `cwd`, as `uid` (-1: the service's). bwrap writes its
 /// status to fd 3 and reads the seccomp program from fd 4. The command gets
-/// exactly `env` (--clearenv, then --setenv each).
+/// exactly `env`. With `scratch`, `<host_dir>.tmp` and `<host_dir>.shm`
+/// become its /tmp and /dev/shm.
 std::vector<std::string>
 bwrap_command(const isolation_settings& s, const std::string& host_dir,
               const std::string& workdir, const std::string& cwd, int64_t uid,
               const std::vector<std::string>& argv,
-              const std::map<std::string, std::string>& env);
+              const std::map<std::string, std::string>& env,
+              bool scratch = false);
 
 } // namespace sv::detail

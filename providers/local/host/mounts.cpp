@@ -36,11 +36,14 @@ std::string unescape(const std::string& s) {
 
 } // namespace
 
-void mount_sandbox_tmpfs(const std::string& path, uint64_t bytes, int64_t uid) {
-  std::string options = "size=" + std::to_string(bytes) + ",mode=0700";
-  // Inodes cost kernel memory too: about one per KiB of space.
-  options +=
-    ",nr_inodes=" + std::to_string(std::max<uint64_t>(4096, bytes / 1024));
+uint64_t tmpfs_inodes(uint64_t bytes) {
+  return std::max<uint64_t>(4096, bytes / 8192);
+}
+
+void mount_sandbox_tmpfs(const std::string& path, uint64_t bytes, int64_t uid,
+                         const char* mode) {
+  std::string options = "size=" + std::to_string(bytes) + ",mode=" + mode;
+  options += ",nr_inodes=" + std::to_string(tmpfs_inodes(bytes));
   if (uid >= 0)
     options += ",uid=" + std::to_string(uid) + ",gid=" + std::to_string(uid);
   if (::mount("sv-sandbox", path.c_str(), "tmpfs", MS_NOSUID | MS_NODEV,

@@ -11,9 +11,16 @@
 
 namespace sv::detail {
 
-/// Mounts a tmpfs of `bytes` on `path`, owned by `uid`/`gid` (-1: root),
-/// mode 0700, nosuid and nodev. Throws std::runtime_error on failure.
-void mount_sandbox_tmpfs(const std::string& path, uint64_t bytes, int64_t uid);
+/// Inodes a tmpfs of `bytes` may hold: one per 8 KiB, at least 4096. Each
+/// costs kernel memory outside the memory cgroup, and a bound on them
+/// bounds what a stop has to free.
+uint64_t tmpfs_inodes(uint64_t bytes);
+
+/// Mounts a tmpfs of `bytes` and tmpfs_inodes(bytes) inodes on `path`,
+/// owned by `uid`/`gid` (-1: root), of `mode` ("0700", "1777"), nosuid and
+/// nodev. Throws std::runtime_error on failure.
+void mount_sandbox_tmpfs(const std::string& path, uint64_t bytes, int64_t uid,
+                         const char* mode = "0700");
 
 /// Unmounts every mount at or below `path`, deepest first (detaching what
 /// is busy). Returns what failed, or "".

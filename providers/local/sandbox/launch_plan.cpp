@@ -95,8 +95,9 @@ launch_plan make_launch_plan(const local_sandbox& sb, const exec_request& req,
   if (iso.mode == isolation_mode::bwrap && p.error.empty()) {
     auto argv = std::move(p.argv);
     argv.front() = p.program;
-    p.argv = bwrap_command(iso, sb.path, sb.workdir, req.cwd,
-                           sb.confinement.uid.uid, argv, env);
+    p.argv =
+      bwrap_command(iso, sb.path, sb.workdir, req.cwd, sb.confinement.uid.uid,
+                    argv, env, sb.confinement.scratch);
     p.program = iso.bwrap;
     p.bwrap = true;
     // bwrap (and setpriv inside) run as root: a fixed environment, never

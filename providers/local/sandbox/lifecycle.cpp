@@ -20,6 +20,16 @@ namespace {
 
 constexpr uint64_t mib = 1024 * 1024;
 
+/// Removes the directory of sandbox `id` and its /tmp and /dev/shm.
+std::string remove_sandbox_dirs(int root_fd, const std::string& root,
+                                const std::string& id) {
+  std::string failed;
+  for (auto* suffix : {"", scratch_suffixes[0], scratch_suffixes[1]})
+    if (auto err = remove_sandbox_dir(root_fd, root, id + suffix); !err.empty())
+      failed += (failed.empty() ? "" : "; ") + err;
+  return failed;
+}
+
 } // namespace
 
 std::shared_ptr<local_sandbox>
@@ -49,6 +59,17 @@ make_local_sandbox(const isolation_settings& iso, int root_fd,
       mount_sandbox_tmpfs(path, conf.disk_bytes, conf.uid.uid);
       conf.mounted = true;
     }
+    if (iso.tmpfs_dirs && iso.mode == isolation_mode::bwrap) {
+      conf.scratch = true; // removed below if a mount fails
+      for (size_t i = 0; i < 2; ++i) {
+        auto name = id + scratch_suffixes[i];
+        if (::mkdirat(root_fd, name.c_str(), 0700) != 0)
+          throw std::runtime_error("cannot create " + root + "/" + name + ": " +
+                                   std::strerror(errno));
+        mount_sandbox_tmpfs(root + "/" + name,
+                            scratch_bytes(conf.disk_bytes, i), -1, "1777");
+      }
+    }
     cgroup_limits limits;
     limits.max_processes = iso.max_processes;
     limits.memory_bytes = res.memory_mib > 0
@@ -70,7 +91,7 @@ make_local_sandbox(const isolation_settings& iso, int root_fd,
     return sb;
   } catch (...) {
     conf.cgroups.remove();
-    remove_sandbox_dir(root_fd, root, id);
+    remove_sandbox_dirs(root_fd, root, id);
     throw;
   }
 }
@@ -98,7 +119,9 @@ caf::error teardown_local_sandbox(local_sandbox& sb) {
   // but the uid is gone.
   std::string failed = survivors == 0 ? conf.cgroups.remove() : "";
   sb.dir.reset();
-  auto removed = remove_sandbox_dir(sb.root_fd, sb.root, sb.id);
+  // Unmounting a tmpfs frees all of it in one step, however many files it
+  // holds (at most its nr_inodes): no walk of the tree.
+  auto removed = remove_sandbox_dirs(sb.root_fd, sb.root, sb.id);
   if (!removed.empty())
     failed += (failed.empty() ? "" : "; ") + removed;
   if (survivors > 0)
