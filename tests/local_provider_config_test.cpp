@@ -146,3 +146,45 @@ TEST_CASE("spawn_provider starts the local provider of a block") {
   CHECK_THROWS_WITH(spawn_provider(sys, block),
                     Catch::StartsWith("local.bogus: unknown key"));
 }
+
+TEST_CASE("actors spawned from one prepared backend share its sandboxes") {
+  temp_dir root;
+  test_config cfg;
+  caf::actor_system sys{cfg};
+  caf::scoped_actor self{sys};
+  auto backend = prepare_provider(
+    parse_provider_block(json{{"local", {{"root", root.path}}}}));
+  auto first = backend->spawn(sys);
+  sandbox_handle h;
+  sandbox_spec spec;
+  self->request(first, deadline, create_atom::value, spec)
+    .receive([&](sandbox_handle& x) { h = x; },
+             [&](caf::error& e) { FAIL(describe(e)); });
+  REQUIRE(!h.sandbox_id.empty());
+  // A crash, then a replacement from the same backend: it knows the sandbox.
+  self->monitor(first);
+  caf::anon_send_exit(first, caf::exit_reason::kill);
+  self->receive([](caf::down_msg&) {}, caf::after(deadline) >> [] {});
+  auto second = backend->spawn(sys);
+  bool stopped = false;
+  self->request(second, deadline, stop_atom::value, h)
+    .receive([&](ok_atom) { stopped = true; },
+             [&](caf::error& e) { FAIL(describe(e)); });
+  CHECK(stopped);
+  // Stray messages are logged and dropped; the actor goes on.
+  caf::anon_send(caf::actor_cast<caf::actor>(second), stats_atom::value);
+  bool answered = false;
+  self->request(second, deadline, status_atom::value, h)
+    .receive([](sandbox_status) {},
+             [&](caf::error& e) {
+               answered =
+                 provider_error_code(e) == code(provider_errc::no_such_sandbox);
+             });
+  CHECK(answered);
+  self->monitor(second);
+  caf::anon_send_exit(second, caf::exit_reason::user_shutdown);
+  self->receive([](caf::down_msg&) {}, caf::after(deadline) >> [] {});
+  backend->shut_down();
+  CHECK(processes_with_env_prefix(own_marker_prefix()).empty());
+  CHECK(!std::filesystem::exists(root.path + "/" + h.sandbox_id));
+}

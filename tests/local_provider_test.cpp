@@ -544,3 +544,20 @@ TEST_CASE_METHOD(unisolated_fixture,
   REQUIRE(replacement);
   exit_and_wait(replacement, caf::exit_reason::user_shutdown);
 }
+
+TEST_CASE_METHOD(fixture, "after the registry's shutdown every call is "
+                          "unavailable at once") {
+  auto h = create();
+  shut_down_local_registry(*registry);
+  CHECK(!exists(dir_of(h)));
+  auto unavailable = code(provider_errc::unavailable);
+  sandbox_spec spec;
+  CHECK(ask<sandbox_handle>(create_atom::value, spec).code() == unavailable);
+  CHECK(exec(h, exec_request{{"true"}, "", {}, 30, ""}).code() == unavailable);
+  CHECK(download(h, "x").code() == unavailable);
+  CHECK(stop(h).code() == unavailable);
+  auto st = local_registry_counters(*registry);
+  CHECK(st.created == 1);
+  CHECK(st.stopped == 1);
+  CHECK(st.known == 0);
+}

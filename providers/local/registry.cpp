@@ -116,12 +116,17 @@ struct local_registry::impl {
            std::to_string(next_sandbox++) + "-" + std::string{hex, 8};
   }
 
-  std::shared_ptr<local_sandbox> find_live(const std::string& id) {
+  /// The live sandbox `id` in `out`, or why there is none.
+  caf::error find_live(const std::string& id,
+                       std::shared_ptr<local_sandbox>& out) const {
     std::lock_guard<std::mutex> guard{mtx};
+    if (shutting_down)
+      return unavailable();
     auto i = sandboxes.find(id);
     if (i == sandboxes.end() || i->second->phase != sandbox_phase::live)
-      return nullptr;
-    return i->second;
+      return no_such_sandbox(id);
+    out = i->second;
+    return caf::none;
   }
 
   void add_tombstone(const std::string& id) {
@@ -138,9 +143,9 @@ struct local_registry::impl {
   /// what it returns.
   template <class T, class F>
   void on_strand(const std::string& id, local_completion<T> done, F f) {
-    auto sb = find_live(id);
-    if (!sb)
-      return done(no_such_sandbox(id));
+    std::shared_ptr<local_sandbox> sb;
+    if (auto err = find_live(id, sb))
+      return done(std::move(err));
     asio::post(sb->strand,
                [this, sb, done{std::move(done)}, f{std::move(f)}]() mutable {
                  if (sb->torn_down) // a stop ran first on the strand
@@ -290,6 +295,10 @@ struct local_registry::impl {
     };
     {
       std::unique_lock<std::mutex> guard{mtx};
+      if (shutting_down) {
+        guard.unlock();
+        return done(unavailable());
+      }
       auto i = sandboxes.find(id);
       if (i == sandboxes.end()) {
         // Torn down when its provider left: stopped, exactly once.
@@ -419,7 +428,12 @@ void local_registry::create(uint64_t owner, const sandbox_spec& spec,
                             local_completion<sandbox_handle> done) {
   std::string id;
   {
-    std::lock_guard<std::mutex> guard{impl_->mtx};
+    std::unique_lock<std::mutex> guard{impl_->mtx};
+    if (impl_->shutting_down) {
+      // Its I/O threads may be gone: nothing posted would ever run.
+      guard.unlock();
+      return done(unavailable());
+    }
     id = impl_->new_id();
   }
   asio::post(impl_->io,
@@ -429,7 +443,8 @@ void local_registry::create(uint64_t owner, const sandbox_spec& spec,
 }
 
 bool local_registry::is_live(const std::string& id) const {
-  return impl_->find_live(id) != nullptr;
+  std::shared_ptr<local_sandbox> sb;
+  return !impl_->find_live(id, sb);
 }
 
 void local_registry::upload(const std::string& id, std::string dir,
@@ -447,9 +462,9 @@ void local_registry::upload(const std::string& id, std::string dir,
 
 void local_registry::exec(const std::string& id, exec_request x,
                           local_completion<exec_result> done) {
-  auto sb = impl_->find_live(id);
-  if (!sb)
-    return done(no_such_sandbox(id));
+  std::shared_ptr<local_sandbox> sb;
+  if (auto err = impl_->find_live(id, sb))
+    return done(std::move(err));
   uint64_t n = 0;
   {
     std::lock_guard<std::mutex> guard{impl_->mtx};
