@@ -361,7 +361,7 @@ TEST_CASE("the default uid range avoids subordinate ids, users and groups") {
   CHECK((base + 4096 <= 100000 || base >= 600100000 + 65536));
 }
 
-TEST_CASE("a uid whose process survived is not leased; its keys are cleared") {
+TEST_CASE("a uid whose process survived is not leased, its keys are cleared") {
   uid_t uid = 1000000 + static_cast<uid_t>(::getpid()) * 16 + 8;
   auto f = make_isolated([uid](local_provider_config& c) {
     c.uid_base = uid;
