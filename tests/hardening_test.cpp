@@ -17,6 +17,7 @@
 #include <fstream>
 #include <linux/keyctl.h>
 #include <sstream>
+#include <sys/file.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -472,4 +473,19 @@ TEST_CASE("a sandbox full of files stops promptly, bounded by its inodes") {
                                  << " s");
   CHECK(took < std::chrono::seconds{2});
   f->expect_gone(h.sandbox_id, uid);
+}
+
+TEST_CASE("lock files nobody holds are removed at start, held ones stay") {
+  uid_t uid = 1000000 + static_cast<uid_t>(::getpid()) * 16 + 10;
+  auto stale = "/run/sv-sandbox-uids/" + std::to_string(uid) + ".lock";
+  ::mkdir("/run/sv-sandbox-uids", 0700);
+  REQUIRE(write_text(stale, ""));
+  auto held_path = "/run/sv-sandbox-uids/" + std::to_string(uid + 1) + ".lock";
+  detail::unique_fd held{
+    ::open(held_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600)};
+  REQUIRE(::flock(held.get(), LOCK_EX | LOCK_NB) == 0);
+  auto f = make_isolated();
+  CHECK(!path_exists(stale));
+  CHECK(path_exists(held_path));
+  ::unlink(held_path.c_str());
 }

@@ -249,6 +249,9 @@ isolation_settings prepare_isolation(const local_provider_config& cfg,
     auto base = cfg.uid_base != 0 ? static_cast<uint32_t>(cfg.uid_base)
                                   : free_uid_base(count);
     s.uids = std::make_shared<uid_pool>(uid_lock_dir, base, count);
+    if (auto n = s.uids->remove_stale_locks(); n > 0)
+      spdlog::info("local provider: removed {} stale uid lock files from {}", n,
+                   uid_lock_dir);
   }
   build_host_view(s, python);
   choose_mode(s, cfg.isolation == "bwrap", cfg.allow_user_namespaces, python);

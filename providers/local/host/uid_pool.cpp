@@ -208,6 +208,30 @@ uid_lease uid_pool::lease() {
   return {};
 }
 
+size_t uid_pool::remove_stale_locks() {
+  size_t removed = 0;
+  auto* dir = ::opendir(lock_dir_.c_str());
+  if (dir == nullptr)
+    return 0;
+  while (auto* e = ::readdir(dir)) {
+    std::string name = e->d_name;
+    if (name.size() < 6 || name.compare(name.size() - 5, 5, ".lock") != 0)
+      continue;
+    auto path = lock_dir_ + "/" + name;
+    unique_fd fd{::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW)};
+    struct stat held;
+    struct stat now;
+    // Unlinked under the lock, as a release does: a racing lease sees the
+    // inode change and moves on.
+    if (fd && ::flock(fd.get(), LOCK_EX | LOCK_NB) == 0 &&
+        ::fstat(fd.get(), &held) == 0 && ::stat(path.c_str(), &now) == 0 &&
+        held.st_ino == now.st_ino && ::unlink(path.c_str()) == 0)
+      ++removed;
+  }
+  ::closedir(dir);
+  return removed;
+}
+
 // -- choosing a range ---------------------------------------------------------
 
 namespace {

@@ -46,6 +46,10 @@ public:
   /// std::runtime_error when the lock directory cannot be used.
   uid_lease lease();
 
+  /// Removes lock files nobody holds (left by providers before leases
+  /// removed theirs, or by a crash); returns how many.
+  size_t remove_stale_locks();
+
   /// The first uid of the range.
   uint32_t base() const { return base_; }
 
