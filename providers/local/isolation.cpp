@@ -150,7 +150,8 @@ void probe_bwrap(const isolation_settings& s, const std::string& python) {
   spawn_spec spec;
   spec.argv =
     bwrap_command(s, "", "", "", s.uids ? s.uids->base() : -1,
-                  {python, "-c", "import sys"}, {{"PATH", "/usr/bin:/bin"}});
+                  {python, "-c", "import sys"}, {{"PATH", "/usr/bin:/bin"}})
+      .flat();
   {
     std::lock_guard<std::mutex> guard{mtx};
     if (passed.count(spec.argv) > 0)
@@ -203,9 +204,6 @@ void choose_mode(isolation_settings& s, bool explicit_bwrap,
     s.setpriv = find_on_path("setpriv");
     if (s.setpriv.empty())
       return fail("setpriv (util-linux) not found on PATH");
-    s.env_program = find_on_path("env");
-    if (s.env_program.empty())
-      return fail("env (coreutils) not found on PATH");
   }
   s.mode = isolation_mode::bwrap;
   s.seccomp = std::make_shared<const seccomp_filter>(allow_user_namespaces);
@@ -341,11 +339,12 @@ std::string check_workdir(const isolation_settings& s,
              "top-level directory (like /sandbox) or one below /tmp");
 }
 
-std::vector<std::string>
-bwrap_command(const isolation_settings& s, const std::string& host_dir,
-              const std::string& workdir, const std::string& cwd, int64_t uid,
-              const std::vector<std::string>& argv,
-              const std::map<std::string, std::string>& env, bool scratch) {
+bwrap_argv bwrap_command(const isolation_settings& s,
+                         const std::string& host_dir,
+                         const std::string& workdir, const std::string& cwd,
+                         int64_t uid, const std::vector<std::string>& argv,
+                         const std::map<std::string, std::string>& env,
+                         bool scratch) {
   std::vector<std::string> out{
     s.bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
     "--unshare-cgroup-try", "--hostname", "sandbox", "--die-with-parent",
@@ -357,12 +356,8 @@ bwrap_command(const isolation_settings& s, const std::string& host_dir,
     add(out, {"--seccomp", "4"});
   // bwrap applies these to its command only, after its own set-up.
   out.push_back("--clearenv");
-  bool drop_uid = s.privileged && uid >= 0;
-  if (drop_uid)
-    add(out, {"--setenv", "PATH", "/usr/bin:/bin"}); // for setpriv, as root
-  else
-    for (auto& [k, v] : env)
-      add(out, {"--setenv", k, v});
+  for (auto& [k, v] : env)
+    add(out, {"--setenv", k, v});
   out.insert(out.end(), s.host_view.begin(), s.host_view.end());
   // /tmp and /dev/shm: the sandbox's own tmpfs (size and inode limits),
   // else (not root, or the probe) bwrap's, sized only.
@@ -378,25 +373,33 @@ bwrap_command(const isolation_settings& s, const std::string& host_dir,
   if (!host_dir.empty())
     add(out, {"--bind", host_dir, workdir});
   add(out, {"--chdir", cwd.empty() ? dir : dir + "/" + cwd});
-  if (drop_uid) {
+  bwrap_argv result;
+  if (s.privileged && uid >= 0) {
     // bwrap as root keeps the host's uid 0 (without a user namespace):
-    // setpriv drops to the sandbox's own uid before the command runs. The
-    // command's environment is set by env(1) after the drop, so nothing a
-    // caller put in it reaches a process that runs as root.
-    add(out,
-        {"--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--", s.setpriv,
-         "--reuid=" + std::to_string(uid), "--regid=" + std::to_string(uid),
-         "--clear-groups", "--inh-caps=-all", "--bounding-set=-all",
-         "--no-new-privs", "--", s.env_program, "-i"});
-    for (auto& [k, v] : env)
-      out.push_back(k + "=" + v);
-    out.insert(out.end(), argv.begin(), argv.end());
-    return out;
+    // setpriv drops to the sandbox's own uid before the command runs. It
+    // runs as root with the command's environment, which holds no variable
+    // that steers the loader or libc (refused at the provider's door).
+    add(out, {"--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"});
+    result.command = {s.setpriv,
+                      "--reuid=" + std::to_string(uid),
+                      "--regid=" + std::to_string(uid),
+                      "--clear-groups",
+                      "--inh-caps=-all",
+                      "--bounding-set=-all",
+                      "--no-new-privs",
+                      "--"};
   } else if (!s.privileged) {
     add(out, {"--unshare-user", "--disable-userns"});
   }
+  result.command.insert(result.command.end(), argv.begin(), argv.end());
+  result.options = std::move(out);
+  return result;
+}
+
+std::vector<std::string> bwrap_argv::flat() const {
+  auto out = options;
   out.push_back("--");
-  out.insert(out.end(), argv.begin(), argv.end());
+  out.insert(out.end(), command.begin(), command.end());
   return out;
 }
 

@@ -38,8 +38,6 @@ struct isolation_settings {
   /// bubblewrap, and setpriv that drops to the sandbox's uid inside it.
   std::string bwrap;
   std::string setpriv;
-  /// env(1), which sets the command's environment after setpriv's drop.
-  std::string env_program;
   /// bwrap arguments that build the sandbox's view of the host.
   std::vector<std::string> host_view;
   /// Top-level entries of the host, which a workdir must not replace.
@@ -75,17 +73,26 @@ void log_isolation(const isolation_settings& s);
 std::string check_workdir(const isolation_settings& s,
                           const std::string& workdir);
 
+/// A bwrap command line: bwrap's path and options (everything up to "--";
+/// they may be passed in a file, `--args FD`), then the command it runs.
+struct bwrap_argv {
+  std::vector<std::string> options;
+  std::vector<std::string> command;
+  /// options, "--", command.
+  std::vector<std::string> flat() const;
+};
+
 /// The command that runs `argv` (argv[0] an absolute program path) in a
 /// bwrap sandbox whose directory `host_dir` appears at `workdir`, in its
 /// subdirectory `cwd`, as `uid` (-1: the service's). bwrap writes its
 /// status to fd 3 and reads the seccomp program from fd 4. The command gets
 /// exactly `env`. With `scratch`, `<host_dir>.tmp` and `<host_dir>.shm`
 /// become its /tmp and /dev/shm.
-std::vector<std::string>
-bwrap_command(const isolation_settings& s, const std::string& host_dir,
-              const std::string& workdir, const std::string& cwd, int64_t uid,
-              const std::vector<std::string>& argv,
-              const std::map<std::string, std::string>& env,
-              bool scratch = false);
+bwrap_argv bwrap_command(const isolation_settings& s,
+                         const std::string& host_dir,
+                         const std::string& workdir, const std::string& cwd,
+                         int64_t uid, const std::vector<std::string>& argv,
+                         const std::map<std::string, std::string>& env,
+                         bool scratch = false);
 
 } // namespace sv::detail

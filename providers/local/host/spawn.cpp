@@ -28,6 +28,7 @@ struct child_args {
   int stderr_fd = -1;
   int extra_fd = -1;
   int seccomp_fd = -1;
+  int args_fd = -1;
   bool new_process_group = true;
   const int* cgroup_fds = nullptr;
   size_t cgroup_count = 0;
@@ -89,6 +90,8 @@ int child_main(void* p) {
     child_fail(a);
   if (a->seccomp_fd >= 0 && ::dup2(a->seccomp_fd, 4) != 4)
     child_fail(a);
+  if (a->args_fd >= 0 && ::dup2(a->args_fd, 5) != 5)
+    child_fail(a);
   if (a->cwd_fd >= 0 && ::fchdir(a->cwd_fd) != 0)
     child_fail(a);
   // Whatever else the service holds stays out of the child.
@@ -96,7 +99,9 @@ int child_main(void* p) {
     ::close(3);
   if (a->seccomp_fd < 0)
     ::close(4);
-  ::close_range(5, ~0U, 0);
+  if (a->args_fd < 0)
+    ::close(5);
+  ::close_range(6, ~0U, 0);
   sigset_t none;
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -113,12 +118,12 @@ std::vector<char*> c_strings(const std::vector<std::string>& xs) {
   return out;
 }
 
-/// A descriptor the child can dup2 from safely: never one of 0..4, which
+/// A descriptor the child can dup2 from safely: never one of 0..5, which
 /// the child overwrites before it reads them all.
 int safe_fd(int fd, std::vector<unique_fd>& holders) {
-  if (fd < 0 || fd > 4)
+  if (fd < 0 || fd > 5)
     return fd;
-  holders.emplace_back(::fcntl(fd, F_DUPFD_CLOEXEC, 5));
+  holders.emplace_back(::fcntl(fd, F_DUPFD_CLOEXEC, 6));
   return holders.back().get();
 }
 
@@ -156,6 +161,7 @@ pid_t spawn_process(const spawn_spec& spec, int& err, int* pidfd) {
   a.stderr_fd = safe_fd(spec.stderr_fd, holders);
   a.extra_fd = safe_fd(spec.extra_fd, holders);
   a.seccomp_fd = safe_fd(spec.seccomp_fd, holders);
+  a.args_fd = safe_fd(spec.args_fd, holders);
   a.new_process_group = spec.new_process_group;
   a.cgroup_fds = spec.cgroup_procs_fds.data();
   a.cgroup_count = spec.cgroup_procs_fds.size();

@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <sys/mman.h>
 #include <unistd.h>
 
 namespace sv::detail {
@@ -51,6 +52,29 @@ std::vector<std::pair<int, rlim_t>> limits_for(const local_sandbox& sb,
   return out;
 }
 
+/// A memfd of `args` after argv[0], each ended by a NUL, at offset 0
+/// (bwrap reads it once, at start).
+unique_fd args_file(const std::vector<std::string>& args) {
+  std::string text;
+  for (size_t i = 1; i < args.size(); ++i)
+    text.append(args[i]).push_back('\0');
+  unique_fd fd{::memfd_create("sv-bwrap-args", MFD_CLOEXEC)};
+  if (!fd)
+    return fd;
+  size_t done = 0;
+  while (done < text.size()) {
+    auto n = ::write(fd.get(), text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      return unique_fd{};
+    done += static_cast<size_t>(n);
+  }
+  if (::lseek(fd.get(), 0, SEEK_SET) != 0)
+    return unique_fd{};
+  return fd;
+}
+
 } // namespace
 
 std::string sandbox_marker(const std::string& sandbox_id) {
@@ -87,22 +111,25 @@ launch_plan make_launch_plan(const local_sandbox& sb, const exec_request& req,
   p.max_output = iso.max_log_bytes;
   p.rlimits = limits_for(sb, iso);
   p.nice = iso.nice;
-  // env(1) (bwrap_command) would take a program path with '=' for a
-  // variable.
-  if (iso.mode == isolation_mode::bwrap && p.error.empty() &&
-      p.program.find('=') != std::string::npos)
-    p.error = "cannot run " + p.program + ": a program path with '='";
   if (iso.mode == isolation_mode::bwrap && p.error.empty()) {
     auto argv = std::move(p.argv);
     argv.front() = p.program;
-    p.argv =
+    auto args =
       bwrap_command(iso, sb.path, sb.workdir, req.cwd, sb.confinement.uid.uid,
                     argv, env, sb.confinement.scratch);
+    // The options (with the command's environment) in a file, not on a
+    // command line that anyone on the host may read.
+    p.args = args_file(args.options);
+    if (!p.args)
+      p.error =
+        std::string{"cannot pass bwrap its arguments: "} + std::strerror(errno);
+    p.argv = {iso.bwrap, "--args", "5", "--"};
+    p.argv.insert(p.argv.end(), args.command.begin(), args.command.end());
     p.program = iso.bwrap;
     p.bwrap = true;
-    // bwrap (and setpriv inside) run as root: a fixed environment, never
-    // the command's (bwrap_command sets that inside, with --setenv). The
-    // marker stays, so a sweep by environment finds bwrap too.
+    // bwrap runs as root: a fixed environment, never the command's
+    // (bwrap_command sets that inside, --clearenv and --setenv). The marker
+    // stays, so a sweep by environment finds bwrap too.
     p.env = {launcher_env_path, sandbox_marker(sb.id)};
     if (iso.seccomp) {
       p.seccomp.reset(iso.seccomp->open_program());
