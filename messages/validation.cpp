@@ -26,6 +26,23 @@ bool is_confined_path(std::string_view path) {
   }
 }
 
+bool is_loader_variable(std::string_view name) {
+  // glibc's list of variables it drops for setuid programs (unsecvars.h),
+  // less TMPDIR and TZDIR, which steer no loading: a runner may set them.
+  static constexpr std::string_view exact[] = {
+    "GCONV_PATH",       "GETCONF_DIR", "GLIBC_TUNABLES", "HOSTALIASES",
+    "LOCALDOMAIN",      "LOCPATH",     "NIS_PATH",       "NLSPATH",
+    "RESOLV_HOST_CONF", "RES_OPTIONS"};
+  static constexpr std::string_view prefixes[] = {"LD_", "MALLOC_"};
+  for (auto x : exact)
+    if (name == x)
+      return true;
+  for (auto x : prefixes)
+    if (name.substr(0, x.size()) == x)
+      return true;
+  return false;
+}
+
 namespace {
 
 bool valid_timeout(double x) {
@@ -137,6 +154,10 @@ std::string validate(const verification_request& req) {
     return err;
   if (auto err = check_timeouts(req); !err.empty())
     return err;
+  for (auto& entry : req.config.env)
+    if (is_loader_variable(entry.first))
+      return "config.env: \"" + entry.first +
+             "\" steers the dynamic loader or libc and may not be set";
   if (req.config.python.empty())
     return "config.python: must not be empty";
   if (!req.metadata.is_object())

@@ -16,6 +16,11 @@ inline constexpr std::string_view result_file_name = "result.json";
 inline constexpr std::string_view runner_log_name = "runner.log";
 inline constexpr std::string_view runner_file_name = "sandbox_runner.py";
 
+/// Whether setting the environment variable `name` steers the dynamic
+/// loader or libc (LD_*, GCONV_PATH, GLIBC_TUNABLES, MALLOC_*, ...): no env
+/// a caller sets may hold one.
+bool is_loader_variable(std::string_view name);
+
 /// Longest deadline accepted anywhere (one week), so that no conversion to a
 /// clock duration can overflow.
 inline constexpr double max_timeout_s = 7 * 24 * 3600.0;

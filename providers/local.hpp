@@ -60,9 +60,15 @@ struct local_provider_config {
   /// CPU-bound runners for a core; a runner alone on a core loses nothing.
   uint64_t sandbox_nice = 10;
   /// Sandboxes run as uids uid_base .. uid_base + uid_count - 1 (bwrap, as
-  /// root), each its own while it lives.
-  uint64_t uid_base = 100000;
+  /// root), each its own while it lives. 0: the lowest range at or above
+  /// 65536 that overlaps no subordinate id range of the host (/etc/subuid,
+  /// /etc/subgid, login.defs' SUB_UID_MIN..MAX) and no user or group.
+  uint64_t uid_base = 0;
   uint64_t uid_count = 4096;
+  /// Whether a bwrap sandbox may create user namespaces (unshare or clone
+  /// with CLONE_NEWUSER): more kernel surface, so the seccomp filter denies
+  /// it unless this is set.
+  bool allow_user_namespaces = false;
   /// The cgroup, below each v1 hierarchy's root, that holds the sandboxes'.
   std::string cgroup_parent = "sv-sandboxes";
 

@@ -13,6 +13,7 @@ packages=(
   catch2                         # Catch2 2.13 (tests)
   python3                        # runners, job generator, end-to-end tests
   bubblewrap                     # isolation of the local provider
+  libseccomp-dev pkg-config      # its seccomp filter
   util-linux                     # setpriv: drop to the sandbox's own uid
 )
 

@@ -121,8 +121,10 @@ struct isolated_fixture : fixture {
   }
 
   void expect_gone(const std::string& id, uid_t uid) const {
-    CHECK(!path_exists(provider_cfg.root + "/" + id));
-    CHECK(mounts_at_or_below(provider_cfg.root + "/" + id).empty());
+    for (auto* suffix : {"", ".tmp", ".shm"}) {
+      CHECK(!path_exists(provider_cfg.root + "/" + id + suffix));
+      CHECK(mounts_at_or_below(provider_cfg.root + "/" + id + suffix).empty());
+    }
     for (auto controller : {"pids", "memory", "cpu"})
       CHECK(!path_exists(cgroup_dir(controller, id)));
     CHECK(processes_with_env_prefix("SV_SANDBOX_ID=" + id).empty());

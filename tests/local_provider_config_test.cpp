@@ -57,7 +57,8 @@ TEST_CASE("local provider settings are strict") {
     "root, python, max_download_bytes, io_threads, isolation, "
     "hide_paths, max_processes, max_log_bytes, "
     "default_memory_mib, default_disk_mib, sandbox_nice, uid_base, "
-    "uid_count, cgroup_parent, stop_attempts, stop_retry_ms)");
+    "uid_count, cgroup_parent, allow_user_namespaces, stop_attempts, "
+    "stop_retry_ms)");
   CHECK_THROWS_AS(parse_local_provider_config(json{{"io_threads", 0}}),
                   json_error);
   CHECK_THROWS_AS(parse_local_provider_config(json{{"python", ""}}),
@@ -99,7 +100,7 @@ TEST_CASE("isolation and limit settings are strict") {
     parse_local_provider_config(json{{"hide_paths", {"/a/../b"}}}), json_error);
   CHECK_THROWS_AS(parse_local_provider_config(json{{"max_log_bytes", 100}}),
                   json_error);
-  CHECK_THROWS_AS(parse_local_provider_config(json{{"uid_base", 0}}),
+  CHECK_THROWS_AS(parse_local_provider_config(json{{"uid_base", 999}}),
                   json_error);
   CHECK_THROWS_AS(parse_local_provider_config(json{{"cgroup_parent", "/abs"}}),
                   json_error);

@@ -82,10 +82,19 @@ void read_isolation(const json& settings, local_provider_config& cfg) {
     cfg.hide_paths = read_paths(v, "hide_paths");
   });
   read_field(settings, "uid_base", [&](const json& v) {
-    cfg.uid_base = read_count(v, "uid_base", 1000, (uint64_t{1} << 31) - 1);
+    cfg.uid_base = read_count(v, "uid_base", 0, (uint64_t{1} << 31) - 1);
+    if (cfg.uid_base != 0 && cfg.uid_base < 1000)
+      throw json_error("uid_base", "expected 0 (a free range) or a uid of "
+                                   "at least 1000");
   });
   read_field(settings, "uid_count", [&](const json& v) {
     cfg.uid_count = read_count(v, "uid_count", 1, 1 << 20);
+  });
+  read_field(settings, "allow_user_namespaces", [&](const json& v) {
+    if (!v.is_boolean())
+      throw json_error("allow_user_namespaces",
+                       std::string{"expected a boolean, got "} + v.type_name());
+    cfg.allow_user_namespaces = v.get<bool>();
   });
   read_field(settings, "cgroup_parent", [&](const json& v) {
     cfg.cgroup_parent = read_string(v, "cgroup_parent", false);
@@ -106,8 +115,8 @@ local_provider_config parse_local_provider_config(const json& settings) {
                {"root", "python", "max_download_bytes", "io_threads",
                 "isolation", "hide_paths", "max_processes", "max_log_bytes",
                 "default_memory_mib", "default_disk_mib", "sandbox_nice",
-                "uid_base", "uid_count", "cgroup_parent", "stop_attempts",
-                "stop_retry_ms"});
+                "uid_base", "uid_count", "cgroup_parent",
+                "allow_user_namespaces", "stop_attempts", "stop_retry_ms"});
   read_field(settings, "root",
              [&](const json& v) { cfg.root = read_string(v, "root", true); });
   read_field(settings, "python", [&](const json& v) {

@@ -2,9 +2,12 @@
 
 #include "providers/local.hpp"
 #include "providers/local/host/process.hpp"
+#include "providers/local/host/seccomp.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <dirent.h>
 #include <mutex>
 #include <set>
@@ -105,13 +108,10 @@ void reveal(std::vector<std::string>& args, const std::string& hidden_dir,
 }
 
 void build_host_view(isolation_settings& s, const python_install& python) {
-  auto scratch = s.default_disk_mib * 1024 * 1024;
   s.top_level = list_root();
   for (auto& name : s.top_level)
     add_top_level(s, name);
   add(s.host_view, {"--proc", "/proc", "--dev", "/dev"});
-  add_scratch(s.host_view, "/dev/shm", scratch);
-  add_scratch(s.host_view, "/tmp", scratch);
   for (auto& path : s.hidden) {
     struct stat st;
     // Top-level ones are done; /tmp, /dev and /proc are private anyway.
@@ -148,16 +148,27 @@ void probe_bwrap(const isolation_settings& s, const std::string& python) {
   static std::mutex mtx;
   static std::set<std::vector<std::string>> passed;
   spawn_spec spec;
-  spec.argv = bwrap_command(s, "", "", "", s.uids ? s.uids->base() : -1,
-                            {python, "-c", "import sys"});
+  spec.argv =
+    bwrap_command(s, "", "", "", s.uids ? s.uids->base() : -1,
+                  {python, "-c", "import sys"}, {{"PATH", "/usr/bin:/bin"}})
+      .flat();
   {
     std::lock_guard<std::mutex> guard{mtx};
     if (passed.count(spec.argv) > 0)
       return;
   }
   spec.program = spec.argv.front();
-  spec.env = {"PATH=/usr/bin:/bin"};
+  spec.env = {launcher_env_path};
   spec.new_process_group = false;
+  unique_fd program;
+  if (s.seccomp) {
+    program.reset(s.seccomp->open_program());
+    if (!program)
+      throw std::runtime_error(std::string{"cannot open the seccomp "
+                                           "program: "} +
+                               std::strerror(errno));
+    spec.seccomp_fd = program.get();
+  }
   run_and_capture(spec, std::chrono::seconds{30});
   std::lock_guard<std::mutex> guard{mtx};
   passed.insert(spec.argv);
@@ -171,7 +182,7 @@ std::string find_on_path(const std::string& name) {
 
 /// Settles on bwrap or none; `explicit_bwrap` turns a failure into an error.
 void choose_mode(isolation_settings& s, bool explicit_bwrap,
-                 const python_install& python) {
+                 bool allow_user_namespaces, const python_install& python) {
   auto fail = [&](const std::string& why) {
     if (explicit_bwrap)
       throw std::runtime_error("local provider: isolation \"bwrap\" cannot "
@@ -184,6 +195,7 @@ void choose_mode(isolation_settings& s, bool explicit_bwrap,
                  why);
     s.mode = isolation_mode::none;
     s.uids.reset();
+    s.seccomp.reset();
   };
   s.bwrap = find_on_path("bwrap");
   if (s.bwrap.empty())
@@ -194,6 +206,7 @@ void choose_mode(isolation_settings& s, bool explicit_bwrap,
       return fail("setpriv (util-linux) not found on PATH");
   }
   s.mode = isolation_mode::bwrap;
+  s.seccomp = std::make_shared<const seccomp_filter>(allow_user_namespaces);
   try {
     probe_bwrap(s, python.executable);
   } catch (const std::exception& e) {
@@ -227,12 +240,19 @@ isolation_settings prepare_isolation(const local_provider_config& cfg,
   }
   if (cfg.isolation == "none")
     return s;
-  if (s.privileged)
-    s.uids = std::make_shared<uid_pool>(uid_lock_dir,
-                                        static_cast<uint32_t>(cfg.uid_base),
-                                        static_cast<uint32_t>(cfg.uid_count));
+  if (s.privileged) {
+    auto count = static_cast<uint32_t>(cfg.uid_count);
+    // By default a range no subordinate id range of the host (rootless
+    // containers) overlaps, and no user or group.
+    auto base = cfg.uid_base != 0 ? static_cast<uint32_t>(cfg.uid_base)
+                                  : free_uid_base(count);
+    s.uids = std::make_shared<uid_pool>(uid_lock_dir, base, count);
+    if (auto n = s.uids->remove_stale_locks(); n > 0)
+      spdlog::info("local provider: removed {} stale uid lock files from {}", n,
+                   uid_lock_dir);
+  }
   build_host_view(s, python);
-  choose_mode(s, cfg.isolation == "bwrap", python);
+  choose_mode(s, cfg.isolation == "bwrap", cfg.allow_user_namespaces, python);
   return s;
 }
 
@@ -254,6 +274,12 @@ void log_isolation(const isolation_settings& s) {
     spdlog::warn("local provider: isolation none: sandboxes run as the "
                  "service's uid {} and see, write and signal what it can",
                  ::geteuid());
+  if (s.seccomp) {
+    std::string denied;
+    for (auto& what : s.seccomp->denied())
+      denied += (denied.empty() ? "" : "; ") + what;
+    spdlog::info("local provider: seccomp filter denies (EPERM): {}", denied);
+  }
   auto& cg = s.cgroups;
   auto memory = s.default_memory_mib == 0
                   ? std::string{"no default limit"}
@@ -313,11 +339,12 @@ std::string check_workdir(const isolation_settings& s,
              "top-level directory (like /sandbox) or one below /tmp");
 }
 
-std::vector<std::string> bwrap_command(const isolation_settings& s,
-                                       const std::string& host_dir,
-                                       const std::string& workdir,
-                                       const std::string& cwd, int64_t uid,
-                                       const std::vector<std::string>& argv) {
+bwrap_argv bwrap_command(const isolation_settings& s,
+                         const std::string& host_dir,
+                         const std::string& workdir, const std::string& cwd,
+                         int64_t uid, const std::vector<std::string>& argv,
+                         const std::map<std::string, std::string>& env,
+                         bool scratch) {
   std::vector<std::string> out{
     s.bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
     "--unshare-cgroup-try", "--hostname", "sandbox", "--die-with-parent",
@@ -325,23 +352,54 @@ std::vector<std::string> bwrap_command(const isolation_settings& s,
     "--new-session"};
   if (!host_dir.empty())
     add(out, {"--json-status-fd", "3"});
+  if (s.seccomp)
+    add(out, {"--seccomp", "4"});
+  // bwrap applies these to its command only, after its own set-up.
+  out.push_back("--clearenv");
+  for (auto& [k, v] : env)
+    add(out, {"--setenv", k, v});
   out.insert(out.end(), s.host_view.begin(), s.host_view.end());
+  // /tmp and /dev/shm: the sandbox's own tmpfs (size and inode limits),
+  // else (not root, or the probe) bwrap's, sized only.
+  if (scratch) {
+    add(out, {"--bind", host_dir + ".tmp", "/tmp"});
+    add(out, {"--bind", host_dir + ".shm", "/dev/shm"});
+  } else {
+    auto bytes = s.default_disk_mib * 1024 * 1024;
+    add_scratch(out, "/dev/shm", bytes);
+    add_scratch(out, "/tmp", bytes);
+  }
   auto dir = workdir.empty() ? std::string{"/"} : workdir;
   if (!host_dir.empty())
     add(out, {"--bind", host_dir, workdir});
   add(out, {"--chdir", cwd.empty() ? dir : dir + "/" + cwd});
+  bwrap_argv result;
   if (s.privileged && uid >= 0) {
     // bwrap as root keeps the host's uid 0 (without a user namespace):
-    // setpriv drops to the sandbox's own uid before the command runs.
-    add(out, {"--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--",
-              s.setpriv, "--reuid=" + std::to_string(uid),
-              "--regid=" + std::to_string(uid), "--clear-groups",
-              "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs"});
+    // setpriv drops to the sandbox's own uid before the command runs. It
+    // runs as root with the command's environment, which holds no variable
+    // that steers the loader or libc (refused at the provider's door).
+    add(out, {"--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"});
+    result.command = {s.setpriv,
+                      "--reuid=" + std::to_string(uid),
+                      "--regid=" + std::to_string(uid),
+                      "--clear-groups",
+                      "--inh-caps=-all",
+                      "--bounding-set=-all",
+                      "--no-new-privs",
+                      "--"};
   } else if (!s.privileged) {
     add(out, {"--unshare-user", "--disable-userns"});
   }
+  result.command.insert(result.command.end(), argv.begin(), argv.end());
+  result.options = std::move(out);
+  return result;
+}
+
+std::vector<std::string> bwrap_argv::flat() const {
+  auto out = options;
   out.push_back("--");
-  out.insert(out.end(), argv.begin(), argv.end());
+  out.insert(out.end(), command.begin(), command.end());
   return out;
 }
 

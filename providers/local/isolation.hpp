@@ -9,6 +9,7 @@
 #include "providers/local/host/uid_pool.hpp"
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,8 +21,14 @@ struct local_provider_config;
 namespace sv::detail {
 
 struct python_install;
+class seccomp_filter;
 
 enum class isolation_mode { none, bwrap };
+
+/// The whole environment of bwrap and every other helper the provider runs
+/// as root: nothing a caller set reaches them.
+inline constexpr const char* launcher_env_path =
+  "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// What every sandbox of a provider gets, and what holds.
 struct isolation_settings {
@@ -35,6 +42,8 @@ struct isolation_settings {
   std::vector<std::string> host_view;
   /// Top-level entries of the host, which a workdir must not replace.
   std::vector<std::string> top_level;
+  /// The seccomp filter bwrap loads before the command (bwrap mode).
+  std::shared_ptr<const seccomp_filter> seccomp;
   /// Paths hidden behind an empty tmpfs.
   std::vector<std::string> hidden;
   cgroup_layout cgroups;
@@ -64,14 +73,26 @@ void log_isolation(const isolation_settings& s);
 std::string check_workdir(const isolation_settings& s,
                           const std::string& workdir);
 
+/// A bwrap command line: bwrap's path and options (everything up to "--";
+/// they may be passed in a file, `--args FD`), then the command it runs.
+struct bwrap_argv {
+  std::vector<std::string> options;
+  std::vector<std::string> command;
+  /// options, "--", command.
+  std::vector<std::string> flat() const;
+};
+
 /// The command that runs `argv` (argv[0] an absolute program path) in a
 /// bwrap sandbox whose directory `host_dir` appears at `workdir`, in its
 /// subdirectory `cwd`, as `uid` (-1: the service's). bwrap writes its
-/// status to fd 3.
-std::vector<std::string> bwrap_command(const isolation_settings& s,
-                                       const std::string& host_dir,
-                                       const std::string& workdir,
-                                       const std::string& cwd, int64_t uid,
-                                       const std::vector<std::string>& argv);
+/// status to fd 3 and reads the seccomp program from fd 4. The command gets
+/// exactly `env`. With `scratch`, `<host_dir>.tmp` and `<host_dir>.shm`
+/// become its /tmp and /dev/shm.
+bwrap_argv bwrap_command(const isolation_settings& s,
+                         const std::string& host_dir,
+                         const std::string& workdir, const std::string& cwd,
+                         int64_t uid, const std::vector<std::string>& argv,
+                         const std::map<std::string, std::string>& env,
+                         bool scratch = false);
 
 } // namespace sv::detail

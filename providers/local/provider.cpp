@@ -15,6 +15,7 @@
 #include "messages/validation.hpp"
 #include "providers/local.hpp"
 #include "providers/local/host/process.hpp"
+#include "providers/local/host/trusted_dir.hpp"
 #include "providers/local/isolation.hpp"
 #include "providers/local/reaper.hpp"
 #include "providers/local/registry.hpp"
@@ -28,7 +29,9 @@
 #include <caf/response_promise.hpp>
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <list>
 #include <memory>
@@ -65,6 +68,11 @@ caf::error check_env(const env_map& env) {
         v.find('\0') != std::string::npos)
       return make_error(provider_errc::invalid_argument,
                         "env: invalid variable \"" + k + "\"");
+    else if (is_loader_variable(k))
+      return make_error(provider_errc::invalid_argument,
+                        "env: \"" + k +
+                          "\" steers the dynamic loader or libc and may not "
+                          "be set");
   return caf::none;
 }
 
@@ -269,15 +277,16 @@ std::string prepare_root(const std::string& configured) {
                 .string();
   while (root.size() > 1 && root.back() == '/')
     root.pop_back();
-  bool created = fs::create_directories(root, ec);
-  if (ec || !fs::is_directory(root, ec))
+  // Made private (0700) where absent; one made by someone else, or reached
+  // through a symlink, is refused below, never trusted.
+  auto parent = fs::path{root}.parent_path();
+  fs::create_directories(parent, ec);
+  if (::mkdir(root.c_str(), 0700) != 0 && errno != EEXIST)
     throw std::runtime_error("local provider: cannot create the sandbox root " +
-                             root + (ec ? ": " + ec.message() : "") +
+                             root + ": " + std::strerror(errno) +
                              "; set the provider's \"root\" setting to a "
                              "writable directory");
-  // Sandboxes of several users must not see each other.
-  if (created)
-    ::chmod(root.c_str(), 0700);
+  detail::open_trusted_dir(root); // throws when it cannot be trusted
   return root;
 }
 
@@ -341,7 +350,9 @@ std::shared_ptr<local_registry> make_local_registry(local_provider_config cfg) {
   settings.stop_retry_delay = cfg.stop_retry_delay;
   settings.stop_fault = std::move(cfg.stop_fault);
   auto iso = detail::prepare_isolation(cfg, settings.root, python);
-  if (auto n = detail::reap_orphans(settings.root, iso.cgroups); n > 0)
+  auto root_fd = detail::open_trusted_dir(settings.root);
+  if (auto n = detail::reap_orphans(root_fd.get(), settings.root, iso.cgroups);
+      n > 0)
     spdlog::warn("local provider: reaped {} sandboxes left by an earlier run "
                  "that did not stop them",
                  n);

@@ -40,8 +40,9 @@ void list_sandboxes(const std::string& dir, std::set<std::string>& out) {
   if (auto* d = ::opendir(dir.c_str())) {
     while (auto* e = ::readdir(d)) {
       std::string name = e->d_name;
+      // "<id>.tmp" and "<id>.shm" are the /tmp and /dev/shm of <id>.
       if (name.compare(0, 3, "sb-") == 0)
-        out.insert(name);
+        out.insert(name.substr(0, name.find('.')));
     }
     ::closedir(d);
   }
@@ -49,7 +50,8 @@ void list_sandboxes(const std::string& dir, std::set<std::string>& out) {
 
 } // namespace
 
-size_t reap_orphans(const std::string& root, const cgroup_layout& cgroups) {
+size_t reap_orphans(int root_fd, const std::string& root,
+                    const cgroup_layout& cgroups) {
   std::set<std::string> names;
   list_sandboxes(root, names);
   for (auto* dir : {&cgroups.pids, &cgroups.memory, &cgroups.cpu})
@@ -74,8 +76,10 @@ size_t reap_orphans(const std::string& root, const cgroup_layout& cgroups) {
                  "survived SIGKILL",
                  left);
   for (auto& name : orphans)
-    if (auto err = remove_sandbox_dir(root + "/" + name); !err.empty())
-      spdlog::warn("local provider: reaping {}: {}", name, err);
+    for (auto* suffix : {"", ".tmp", ".shm"})
+      if (auto err = remove_sandbox_dir(root_fd, root, name + suffix);
+          !err.empty())
+        spdlog::warn("local provider: reaping {}: {}", name, err);
   return orphans.size();
 }
 

@@ -15,6 +15,7 @@ struct cgroup_layout;
 
 /// Kills and removes the sandboxes under `root` and in `cgroups` whose
 /// provider no longer runs. Blocks; returns how many it reaped.
-size_t reap_orphans(const std::string& root, const cgroup_layout& cgroups);
+size_t reap_orphans(int root_fd, const std::string& root,
+                    const cgroup_layout& cgroups);
 
 } // namespace sv::detail

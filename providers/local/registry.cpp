@@ -2,6 +2,7 @@
 
 #include "messages/errors.hpp"
 #include "providers/local/host/process.hpp"
+#include "providers/local/host/trusted_dir.hpp"
 #include "providers/local/isolation.hpp"
 #include "providers/local/sandbox/confined_fs.hpp"
 #include "providers/local/sandbox/exec.hpp"
@@ -402,11 +403,9 @@ struct local_registry::impl {
 
 local_registry::local_registry(detail::registry_settings cfg)
     : impl_(std::make_unique<impl>(std::move(cfg))) {
-  impl_->root.reset(
-    ::open(impl_->cfg.root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!impl_->root)
-    throw std::runtime_error("local provider: cannot open root " +
-                             impl_->cfg.root + ": " + std::strerror(errno));
+  // Checked again here: the registry keeps this descriptor, and every
+  // sandbox directory is made and removed relative to it.
+  impl_->root = detail::open_trusted_dir(impl_->cfg.root);
   impl_->start_threads();
 }
 

@@ -1,10 +1,11 @@
 #include "providers/local/host/mounts.hpp"
 
+#include "providers/local/host/trusted_dir.hpp"
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -35,11 +36,14 @@ std::string unescape(const std::string& s) {
 
 } // namespace
 
-void mount_sandbox_tmpfs(const std::string& path, uint64_t bytes, int64_t uid) {
-  std::string options = "size=" + std::to_string(bytes) + ",mode=0700";
-  // Inodes cost kernel memory too: about one per KiB of space.
-  options +=
-    ",nr_inodes=" + std::to_string(std::max<uint64_t>(4096, bytes / 1024));
+uint64_t tmpfs_inodes(uint64_t bytes) {
+  return std::max<uint64_t>(4096, bytes / 8192);
+}
+
+void mount_sandbox_tmpfs(const std::string& path, uint64_t bytes, int64_t uid,
+                         const char* mode) {
+  std::string options = "size=" + std::to_string(bytes) + ",mode=" + mode;
+  options += ",nr_inodes=" + std::to_string(tmpfs_inodes(bytes));
   if (uid >= 0)
     options += ",uid=" + std::to_string(uid) + ",gid=" + std::to_string(uid);
   if (::mount("sv-sandbox", path.c_str(), "tmpfs", MS_NOSUID | MS_NODEV,
@@ -88,14 +92,13 @@ std::string unmount_tree(const std::string& path) {
   return failed;
 }
 
-std::string remove_sandbox_dir(const std::string& path) {
-  auto failed = unmount_tree(path);
-  // remove_all never follows symlinks: it unlinks the link itself.
-  std::error_code ec;
-  std::filesystem::remove_all(path, ec);
-  if (ec)
-    failed += (failed.empty() ? "cannot remove " : "; cannot remove ") + path +
-              ": " + ec.message();
+std::string remove_sandbox_dir(int root_fd, const std::string& root,
+                               const std::string& name) {
+  auto failed = unmount_tree(root + "/" + name);
+  auto removed = remove_tree_at(root_fd, name);
+  if (!removed.empty())
+    failed += (failed.empty() ? "cannot remove " : "; cannot remove ") + root +
+              "/" + name + ": " + removed;
   return failed;
 }
 

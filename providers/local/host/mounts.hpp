@@ -11,9 +11,16 @@
 
 namespace sv::detail {
 
-/// Mounts a tmpfs of `bytes` on `path`, owned by `uid`/`gid` (-1: root),
-/// mode 0700, nosuid and nodev. Throws std::runtime_error on failure.
-void mount_sandbox_tmpfs(const std::string& path, uint64_t bytes, int64_t uid);
+/// Inodes a tmpfs of `bytes` may hold: one per 8 KiB, at least 4096. Each
+/// costs kernel memory outside the memory cgroup, and a bound on them
+/// bounds what a stop has to free.
+uint64_t tmpfs_inodes(uint64_t bytes);
+
+/// Mounts a tmpfs of `bytes` and tmpfs_inodes(bytes) inodes on `path`,
+/// owned by `uid`/`gid` (-1: root), of `mode` ("0700", "1777"), nosuid and
+/// nodev. Throws std::runtime_error on failure.
+void mount_sandbox_tmpfs(const std::string& path, uint64_t bytes, int64_t uid,
+                         const char* mode = "0700");
 
 /// Unmounts every mount at or below `path`, deepest first (detaching what
 /// is busy). Returns what failed, or "".
@@ -22,8 +29,10 @@ std::string unmount_tree(const std::string& path);
 /// Mount points at or below `path`, from /proc/self/mountinfo.
 std::vector<std::string> mounts_below(const std::string& path);
 
-/// Removes the directory of a sandbox: its mounts, then the tree. Returns
-/// what failed, or "".
-std::string remove_sandbox_dir(const std::string& path);
+/// Removes the directory `name` of a sandbox in the root `root` (open as
+/// `root_fd`): its mounts, then the tree, relative to descriptors
+/// (remove_tree_at). Returns what failed, or "".
+std::string remove_sandbox_dir(int root_fd, const std::string& root,
+                               const std::string& name);
 
 } // namespace sv::detail

@@ -27,6 +27,8 @@ struct child_args {
   int stdout_fd = -1;
   int stderr_fd = -1;
   int extra_fd = -1;
+  int seccomp_fd = -1;
+  int args_fd = -1;
   bool new_process_group = true;
   const int* cgroup_fds = nullptr;
   size_t cgroup_count = 0;
@@ -86,10 +88,20 @@ int child_main(void* p) {
     child_fail(a);
   if (a->extra_fd >= 0 && ::dup2(a->extra_fd, 3) != 3)
     child_fail(a);
+  if (a->seccomp_fd >= 0 && ::dup2(a->seccomp_fd, 4) != 4)
+    child_fail(a);
+  if (a->args_fd >= 0 && ::dup2(a->args_fd, 5) != 5)
+    child_fail(a);
   if (a->cwd_fd >= 0 && ::fchdir(a->cwd_fd) != 0)
     child_fail(a);
   // Whatever else the service holds stays out of the child.
-  ::close_range(a->extra_fd >= 0 ? 4 : 3, ~0U, 0);
+  if (a->extra_fd < 0)
+    ::close(3);
+  if (a->seccomp_fd < 0)
+    ::close(4);
+  if (a->args_fd < 0)
+    ::close(5);
+  ::close_range(6, ~0U, 0);
   sigset_t none;
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -106,12 +118,12 @@ std::vector<char*> c_strings(const std::vector<std::string>& xs) {
   return out;
 }
 
-/// A descriptor the child can dup2 from safely: never one of 0..3, which
+/// A descriptor the child can dup2 from safely: never one of 0..5, which
 /// the child overwrites before it reads them all.
 int safe_fd(int fd, std::vector<unique_fd>& holders) {
-  if (fd < 0 || fd > 3)
+  if (fd < 0 || fd > 5)
     return fd;
-  holders.emplace_back(::fcntl(fd, F_DUPFD_CLOEXEC, 4));
+  holders.emplace_back(::fcntl(fd, F_DUPFD_CLOEXEC, 6));
   return holders.back().get();
 }
 
@@ -148,6 +160,8 @@ pid_t spawn_process(const spawn_spec& spec, int& err, int* pidfd) {
   a.stdout_fd = safe_fd(spec.stdout_fd, holders);
   a.stderr_fd = safe_fd(spec.stderr_fd, holders);
   a.extra_fd = safe_fd(spec.extra_fd, holders);
+  a.seccomp_fd = safe_fd(spec.seccomp_fd, holders);
+  a.args_fd = safe_fd(spec.args_fd, holders);
   a.new_process_group = spec.new_process_group;
   a.cgroup_fds = spec.cgroup_procs_fds.data();
   a.cgroup_count = spec.cgroup_procs_fds.size();

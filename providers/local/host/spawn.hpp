@@ -30,6 +30,10 @@ struct spawn_spec {
   int stderr_fd = -1;
   /// A descriptor the child gets as fd 3 (e.g. bwrap's status), or -1.
   int extra_fd = -1;
+  /// A descriptor the child gets as fd 4 (bwrap's seccomp program), or -1.
+  int seccomp_fd = -1;
+  /// A descriptor the child gets as fd 5 (bwrap's --args), or -1.
+  int args_fd = -1;
   /// Whether the child leads a new process group (pgid = its pid).
   bool new_process_group = true;
   /// Open `cgroup.procs` files the child joins before its exec.

@@ -6,7 +6,6 @@
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
-#include <filesystem>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <utility>
@@ -268,15 +267,6 @@ std::string read_tail(int fd, size_t n) {
   }
   out.resize(got);
   return out;
-}
-
-std::string remove_tree(const std::string& path) {
-  // remove_all never follows symlinks: it unlinks the link itself.
-  std::error_code ec;
-  std::filesystem::remove_all(path, ec);
-  if (ec)
-    return "cannot remove " + path + ": " + ec.message();
-  return {};
 }
 
 } // namespace sv::detail

@@ -55,8 +55,4 @@ unique_fd open_confined_log(int base, std::string_view rel, int64_t owner = -1);
 /// The last `n` bytes of the file behind `fd` (fewer when it is shorter).
 std::string read_tail(int fd, size_t n);
 
-/// Removes the tree at `path` without following symlinks. Returns an empty
-/// string on success, otherwise what failed.
-std::string remove_tree(const std::string& path);
-
 } // namespace sv::detail

@@ -354,13 +354,17 @@ void start_exec(const std::shared_ptr<local_sandbox>& sb, uint64_t id,
   spec.stdout_fd = out_wr.get();
   spec.stderr_fd = plan.log ? out_wr.get() : err_wr.get();
   spec.extra_fd = status_wr.get();
+  spec.seccomp_fd = plan.seccomp.get();
+  spec.args_fd = plan.args.get();
   spec.cgroup_procs_fds = sb->confinement.cgroups.join_fds();
   spec.rlimits = plan.rlimits;
   spec.nice = plan.nice;
   int err = 0;
   int pidfd = -1;
   auto pid = spawn_process(spec, err, &pidfd);
-  // Only the child holds the write ends now.
+  // Only the child holds the write ends (and the filter) now.
+  plan.seccomp.reset();
+  plan.args.reset();
   out_wr.reset();
   err_wr.reset();
   status_wr.reset();

@@ -1,20 +1,21 @@
 #include "providers/local/sandbox/launch_plan.hpp"
 
 #include "providers/local/host/process.hpp"
+#include "providers/local/host/seccomp.hpp"
 #include "providers/local/isolation.hpp"
 #include "providers/local/sandbox/confined_fs.hpp"
 #include "providers/local/sandbox/sandbox.hpp"
 
 #include <cerrno>
 #include <cstring>
+#include <sys/mman.h>
 #include <unistd.h>
 
 namespace sv::detail {
 
 namespace {
 
-std::vector<std::string> build_env(const local_sandbox& sb,
-                                   const env_map& extra) {
+env_map build_env(const local_sandbox& sb, const env_map& extra) {
   // Never the service's own environment: secrets must not reach a runner.
   env_map env{{"PATH", sandbox_path},
               {"HOME", sb.workdir},
@@ -26,6 +27,10 @@ std::vector<std::string> build_env(const local_sandbox& sb,
     env[k] = v;
   // Last, so no request can remove the marker stop relies on.
   env["SV_SANDBOX_ID"] = sb.id;
+  return env;
+}
+
+std::vector<std::string> env_entries(const env_map& env) {
   std::vector<std::string> out;
   out.reserve(env.size());
   for (auto& [k, v] : env)
@@ -47,6 +52,29 @@ std::vector<std::pair<int, rlim_t>> limits_for(const local_sandbox& sb,
   return out;
 }
 
+/// A memfd of `args` after argv[0], each ended by a NUL, at offset 0
+/// (bwrap reads it once, at start).
+unique_fd args_file(const std::vector<std::string>& args) {
+  std::string text;
+  for (size_t i = 1; i < args.size(); ++i)
+    text.append(args[i]).push_back('\0');
+  unique_fd fd{::memfd_create("sv-bwrap-args", MFD_CLOEXEC)};
+  if (!fd)
+    return fd;
+  size_t done = 0;
+  while (done < text.size()) {
+    auto n = ::write(fd.get(), text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      return unique_fd{};
+    done += static_cast<size_t>(n);
+  }
+  if (::lseek(fd.get(), 0, SEEK_SET) != 0)
+    return unique_fd{};
+  return fd;
+}
+
 } // namespace
 
 std::string sandbox_marker(const std::string& sandbox_id) {
@@ -61,7 +89,8 @@ launch_plan make_launch_plan(const local_sandbox& sb, const exec_request& req,
     p.log =
       open_confined_log(sb.dir.get(), req.log_path, sb.confinement.uid.uid);
   p.timeout_s = req.timeout_s;
-  p.env = build_env(sb, req.env);
+  auto env = build_env(sb, req.env);
+  p.env = env_entries(env);
   p.argv = req.argv;
   const auto& name = req.argv.front();
   if (name == cfg.python_name || name == "python3" || name == "python") {
@@ -85,10 +114,29 @@ launch_plan make_launch_plan(const local_sandbox& sb, const exec_request& req,
   if (iso.mode == isolation_mode::bwrap && p.error.empty()) {
     auto argv = std::move(p.argv);
     argv.front() = p.program;
-    p.argv = bwrap_command(iso, sb.path, sb.workdir, req.cwd,
-                           sb.confinement.uid.uid, argv);
+    auto args =
+      bwrap_command(iso, sb.path, sb.workdir, req.cwd, sb.confinement.uid.uid,
+                    argv, env, sb.confinement.scratch);
+    // The options (with the command's environment) in a file, not on a
+    // command line that anyone on the host may read.
+    p.args = args_file(args.options);
+    if (!p.args)
+      p.error =
+        std::string{"cannot pass bwrap its arguments: "} + std::strerror(errno);
+    p.argv = {iso.bwrap, "--args", "5", "--"};
+    p.argv.insert(p.argv.end(), args.command.begin(), args.command.end());
     p.program = iso.bwrap;
     p.bwrap = true;
+    // bwrap runs as root: a fixed environment, never the command's
+    // (bwrap_command sets that inside, --clearenv and --setenv). The marker
+    // stays, so a sweep by environment finds bwrap too.
+    p.env = {launcher_env_path, sandbox_marker(sb.id)};
+    if (iso.seccomp) {
+      p.seccomp.reset(iso.seccomp->open_program());
+      if (!p.seccomp)
+        p.error = std::string{"cannot open the seccomp program: "} +
+                  std::strerror(errno);
+    }
   }
   return p;
 }

@@ -53,6 +53,11 @@ struct launch_plan {
   int nice = 0;
   /// Whether `program` is bubblewrap, with a status fd.
   bool bwrap = false;
+  /// bwrap's seccomp program (its fd 4), when it has a filter.
+  unique_fd seccomp;
+  /// bwrap's arguments (its fd 5, `--args 5`), NUL-separated: they hold
+  /// the command's environment, which /proc/PID/cmdline would show anyone.
+  unique_fd args;
   /// Most bytes of output kept (the log, or each captured stream).
   uint64_t max_output = 0;
   /// Why the program cannot run at all.

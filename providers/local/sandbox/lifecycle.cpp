@@ -20,6 +20,16 @@ namespace {
 
 constexpr uint64_t mib = 1024 * 1024;
 
+/// Removes the directory of sandbox `id` and its /tmp and /dev/shm.
+std::string remove_sandbox_dirs(int root_fd, const std::string& root,
+                                const std::string& id) {
+  std::string failed;
+  for (auto* suffix : {"", scratch_suffixes[0], scratch_suffixes[1]})
+    if (auto err = remove_sandbox_dir(root_fd, root, id + suffix); !err.empty())
+      failed += (failed.empty() ? "" : "; ") + err;
+  return failed;
+}
+
 } // namespace
 
 std::shared_ptr<local_sandbox>
@@ -49,6 +59,17 @@ make_local_sandbox(const isolation_settings& iso, int root_fd,
       mount_sandbox_tmpfs(path, conf.disk_bytes, conf.uid.uid);
       conf.mounted = true;
     }
+    if (iso.tmpfs_dirs && iso.mode == isolation_mode::bwrap) {
+      conf.scratch = true; // removed below if a mount fails
+      for (size_t i = 0; i < 2; ++i) {
+        auto name = id + scratch_suffixes[i];
+        if (::mkdirat(root_fd, name.c_str(), 0700) != 0)
+          throw std::runtime_error("cannot create " + root + "/" + name + ": " +
+                                   std::strerror(errno));
+        mount_sandbox_tmpfs(root + "/" + name,
+                            scratch_bytes(conf.disk_bytes, i), -1, "1777");
+      }
+    }
     cgroup_limits limits;
     limits.max_processes = iso.max_processes;
     limits.memory_bytes = res.memory_mib > 0
@@ -63,12 +84,14 @@ make_local_sandbox(const isolation_settings& iso, int root_fd,
                                std::strerror(errno));
     auto sb = std::make_shared<local_sandbox>(strand, id, path, std::move(dir),
                                               spec.env);
+    sb->root_fd = root_fd;
+    sb->root = root;
     sb->workdir = iso.mode == isolation_mode::bwrap ? spec.workdir : path;
     sb->confinement = std::move(conf);
     return sb;
   } catch (...) {
     conf.cgroups.remove();
-    remove_sandbox_dir(path);
+    remove_sandbox_dirs(root_fd, root, id);
     throw;
   }
 }
@@ -87,11 +110,18 @@ caf::error teardown_local_sandbox(local_sandbox& sb) {
     survivors +=
       kill_matching([&marker](pid_t p) { return has_env_entry(p, marker); });
   }
+  // Whatever still runs as the sandbox's uid (it left the cgroups, or was
+  // never in them): the uid is only given back when nothing of it lives.
+  if (auto uid = conf.uid.uid; uid >= 0 && survivors == 0)
+    survivors +=
+      kill_matching([uid](pid_t p) { return process_has_uid(p, uid); });
   // The cgroups before the directory: a directory gone means everything
   // but the uid is gone.
   std::string failed = survivors == 0 ? conf.cgroups.remove() : "";
   sb.dir.reset();
-  auto removed = remove_sandbox_dir(sb.path);
+  // Unmounting a tmpfs frees all of it in one step, however many files it
+  // holds (at most its nr_inodes): no walk of the tree.
+  auto removed = remove_sandbox_dirs(sb.root_fd, sb.root, sb.id);
   if (!removed.empty())
     failed += (failed.empty() ? "" : "; ") + removed;
   if (survivors > 0)
@@ -101,7 +131,7 @@ caf::error teardown_local_sandbox(local_sandbox& sb) {
   if (!failed.empty())
     return make_error(provider_errc::io_error, failed);
   // Only now may another sandbox get the uid: nothing of this one is left.
-  conf.uid = uid_lease{};
+  conf.uid.release();
   return caf::none;
 }
 

@@ -33,8 +33,22 @@ struct sandbox_confinement {
   bool mounted = false;
   /// Its size in bytes, when mounted.
   uint64_t disk_bytes = 0;
+  /// Whether `<root>/<id>.tmp` and `<root>/<id>.shm` are tmpfs mounted for
+  /// the sandbox's /tmp and /dev/shm (sizes: scratch_bytes()).
+  bool scratch = false;
   sandbox_cgroups cgroups;
 };
+
+/// The host directories (siblings of the sandbox's, in its root) of its
+/// /tmp and /dev/shm, and their sizes: a quarter and a sixteenth of its
+/// disk (at least 16 MiB each), so with the defaults (1 GiB disk) all three
+/// tmpfs hold 1.3 GiB, below the 2 GiB memory limit they are charged to.
+inline const char* const scratch_suffixes[] = {".tmp", ".shm"};
+inline uint64_t scratch_bytes(uint64_t disk_bytes, size_t i) {
+  uint64_t min = uint64_t{16} << 20;
+  auto bytes = i == 0 ? disk_bytes / 4 : disk_bytes / 16;
+  return bytes < min ? min : bytes;
+}
 
 /// Where a sandbox is in its life. Guarded by the registry's mutex.
 enum class sandbox_phase {
@@ -65,6 +79,10 @@ struct local_sandbox {
   const std::string id;
   /// Absolute path of the sandbox directory on the host.
   const std::string path;
+  /// The sandbox root (the registry's descriptor, which outlives every
+  /// sandbox), where teardown removes `id` relative to it.
+  int root_fd = -1;
+  std::string root;
   /// Where its commands see the directory (HOME): `path`, or the spec's
   /// workdir under bwrap.
   std::string workdir;
