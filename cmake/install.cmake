@@ -16,7 +16,7 @@ set(SV_INSTALL_CMAKEDIR "${CMAKE_INSTALL_LIBDIR}/cmake/sandbox_verification")
 
 install(TARGETS sv EXPORT sandbox_verificationTargets
         ARCHIVE DESTINATION "${CMAKE_INSTALL_LIBDIR}")
-foreach(dir messages actors providers)
+foreach(dir messages actors providers facade)
   install(DIRECTORY "${PROJECT_SOURCE_DIR}/${dir}"
           DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}/sandbox_verification"
           FILES_MATCHING PATTERN "*.hpp")
