@@ -28,3 +28,4 @@ if grep -rq -- "-I$src" "$tmp/embed" --include=flags.make; then
   exit 1
 fi
 "$tmp/embed/sv-embed-example" "$python"
+"$tmp/embed/sv-grader-example" "$python" | grep -qx "reward: 1.0"
