@@ -1,6 +1,7 @@
 #include "messages/config_file.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -452,6 +453,16 @@ load_provider_config(const std::string& path,
   } else if (auto err = parse_bounded(text, out.document.value, limits.json);
              !err.empty()) {
     throw config_error("not valid JSON: " + err);
+  } else {
+    // JSON is YAML too: its positions, to place the settings' errors, when
+    // the YAML reading agrees with the JSON one (else none).
+    try {
+      auto as_yaml = parse_yaml_config(text, limits);
+      if (as_yaml.value == out.document.value)
+        out.document.positions = std::move(as_yaml.positions);
+    } catch (const config_error&) {
+      // nop: no positions
+    }
   }
   auto& doc = out.document.value;
   // A single named binding: `sandbox: {local: {...}, default_metadata: ...}`

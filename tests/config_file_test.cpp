@@ -240,6 +240,17 @@ TEST_CASE("provider config: JSON keeps working, by extension or content") {
     CHECK(std::string{e.what()}.find("not valid JSON: duplicate key "
                                      "\"local\"") == 0);
   }
+  temp_file j{"config.json",
+              "{\"sandbox\": {\n  \"scripted\": {\"stepz\": 1}}}"};
+  auto placed = load_provider_config(j.path, providers);
+  std::string msg;
+  try {
+    prepare_provider(parse_provider_block(placed.block));
+  } catch (const json_error& e) {
+    msg = placed.describe(e);
+  }
+  CHECK(msg.rfind("line 2, column 16: sandbox.scripted.stepz: unknown key",
+                  0) == 0);
   temp_file c{"config", "local: {}\n"};
   CHECK(load_provider_config(c.path, providers).is_yaml);
 }
