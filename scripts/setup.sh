@@ -10,6 +10,7 @@ packages=(
   build-essential cmake          # g++ 12, make, cmake 3.25 (ctest)
   libcaf-dev                     # CAF 0.17.6: core, io
   nlohmann-json3-dev libboost1.81-dev libspdlog-dev libcli11-dev
+  libyaml-cpp-dev                # YAML provider configs
   catch2                         # Catch2 2.13 (tests)
   python3                        # runners, job generator, end-to-end tests
   bubblewrap                     # isolation of the local provider

@@ -14,6 +14,7 @@
 #include "apps/sv_grade/resume.hpp"
 #include "apps/sv_grade/signals.hpp"
 #include "messages/bounded_json.hpp"
+#include "messages/config_file.hpp"
 #include "messages/json.hpp"
 #include "messages/registry.hpp"
 #include "messages/validation.hpp"
@@ -73,8 +74,9 @@ Input: JSONL, one submission a line:
 Output: JSONL, exactly one line per input line, in completion order:
   {"id", "ok", "mask_sample", "result", "failure", "timings_ms", "line"}
   A line that cannot be graded gets failure_kind "invalid_request".
-Provider config: JSON {"local": {...settings}, "default_metadata": {...}};
-  default {"local": {}}.
+Provider config: JSON or YAML (.yaml/.yml), {"local": {...settings},
+  "default_metadata": {...}} or one named binding of it
+  ({"sandbox": {"local": {...}}}); default {"local": {}}.
 Signals: the first SIGINT/SIGTERM/SIGHUP stops reading, lets what is in
   flight finish, writes the summary and exits 130/143/129; a second one
   cancels what is in flight (its sandboxes stopped) and exits at once.
@@ -154,23 +156,25 @@ void open_for_reading(std::ifstream& in, const std::string& path,
                       std::strerror(errno));
 }
 
-provider_block load_provider_block(const std::string& path, size_t max_depth) {
+/// The provider block of a JSON or YAML file (messages/config_file.hpp);
+/// `file` keeps where each value came from, to place later errors.
+provider_block load_provider_block(const std::string& path, size_t max_depth,
+                                   provider_config_file& file) {
   if (path.empty())
     return parse_provider_block(json{{"local", json::object()}});
   std::ifstream in;
-  open_for_reading(in, path, "provider config");
-  std::string text{std::istreambuf_iterator<char>{in},
-                   std::istreambuf_iterator<char>{}};
+  open_for_reading(in, path, "provider config"); // names a missing file
   auto where = "provider config " + path + ": ";
-  json doc;
-  json_limits limits;
-  limits.max_depth = max_depth;
-  if (auto err = parse_bounded(text, doc, limits); !err.empty())
-    throw usage_error(where + "not valid JSON: " + err);
+  yaml_limits limits;
+  limits.json.max_depth = max_depth;
+  limits.json.max_bytes = 16 << 20;
   try {
-    return parse_provider_block(doc);
-  } catch (const json_error& e) {
+    file = load_provider_config(path, provider_names(), limits);
+    return parse_provider_block(file.block);
+  } catch (const config_error& e) {
     throw usage_error(where + e.what());
+  } catch (const json_error& e) {
+    throw usage_error(where + file.describe(e));
   }
 }
 
@@ -178,14 +182,15 @@ provider_block load_provider_block(const std::string& path, size_t max_depth) {
 /// the interpreter, the isolation probe, the start-up reaper). The first
 /// provider and every replacement are spawned from it, so a replacement
 /// stops the sandboxes its predecessor created.
-std::shared_ptr<provider_backend> start_backend(const provider_block& block,
-                                                const std::string& path) {
+std::shared_ptr<provider_backend>
+start_backend(const provider_block& block, const std::string& path,
+              const provider_config_file& file) {
   auto where = "provider config " +
                (path.empty() ? std::string{"(default)"} : path) + ": ";
   try {
     return prepare_provider(block);
   } catch (const json_error& e) {
-    throw usage_error(where + e.what()); // the path starts at the block
+    throw usage_error(where + file.describe(e)); // the path starts at the block
   } catch (const std::exception& e) {
     throw usage_error(where + block.name + ": " + e.what());
   }
@@ -431,7 +436,9 @@ int run(const cli_options& opts, terminal_bar& bar) {
   if (!opts.work_dir.empty() && !is_confined_path(opts.work_dir))
     throw usage_error("--work-dir " + opts.work_dir +
                       ": must be a relative path inside the sandbox");
-  auto block = load_provider_block(opts.provider_config, opts.max_json_depth);
+  provider_config_file config_file;
+  auto block =
+    load_provider_block(opts.provider_config, opts.max_json_depth, config_file);
   batch_io io;
   open_io({opts.input, opts.output, opts.summary_json, opts.resume}, io);
   io.wake.fd = ::eventfd(0, EFD_CLOEXEC);
@@ -471,7 +478,7 @@ int run(const cli_options& opts, terminal_bar& bar) {
   caf::actor_system sys{cfg};
   memory_use memory;
   memory.start_kib = proc_status_kib("VmRSS:");
-  auto backend = start_backend(block, opts.provider_config);
+  auto backend = start_backend(block, opts.provider_config, config_file);
   auto provider = backend->spawn(sys);
   auto providers = std::make_shared<provider_set>();
   providers->add(provider);

@@ -1,7 +1,10 @@
 // Embedding the runtime in a CAF application: one submission graded in a
 // fresh sandbox of the local provider, its outcome printed as JSON.
 //
-//   build/examples/sv-embed-example [PYTHON]
+//   build/examples/embed/sv-embed-example [PYTHON]
+//
+// examples/embed/CMakeLists.txt also builds it out of tree against the
+// installed package (README: Installing and using the package).
 
 #include "actors/scheduler.hpp"
 #include "actors/supervisor.hpp"

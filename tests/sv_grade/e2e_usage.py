@@ -30,7 +30,7 @@ def main():
     with open(bad, "w") as f:
         json.dump({"local": {"root": 5}}, f)
     expect_failure(env, ["--input", "-", *out, "--provider-config", bad],
-                   bad + ": local.root")
+                   bad + ": line 1, column 12: local.root")
     with open(bad, "w") as f:
         json.dump({"nosuch": {}}, f)
     expect_failure(env, ["--input", "-", *out, "--provider-config", bad],
