@@ -5,11 +5,13 @@
 #include <caf/actor_cast.hpp>
 #include <caf/actor_system.hpp>
 #include <caf/event_based_actor.hpp>
+#include <caf/make_message.hpp>
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
 #include <chrono>
 #include <map>
 #include <set>
+#include <tuple>
 #include <spdlog/spdlog.h>
 
 namespace sv {
@@ -164,8 +166,8 @@ node_actor::behavior_type node_behavior(self_ptr self, provider_actor inner,
           });
       return rp;
     },
-    [=](node_info_atom) -> caf::result<uint32_t, uint32_t> {
-      return {self->state.limits.capacity, self->state.in_use};
+    [=](node_info_atom) -> std::tuple<uint32_t, uint32_t> {
+      return std::make_tuple(self->state.limits.capacity, self->state.in_use);
     },
     [=](drain_atom) -> uint32_t {
       self->state.draining = true;
