@@ -483,9 +483,9 @@ int run(cli_options opts, terminal_bar& bar) {
   // On nodes, as many at once as the nodes run (the nodes provider queues
   // creates beyond their free capacity).
   if (opts.concurrency == 0)
-    opts.concurrency = nodes ? std::max<size_t>(
-                                 1, nodes_total_capacity(sys, *nodes))
-                             : default_concurrency();
+    opts.concurrency =
+      nodes ? std::max<size_t>(1, nodes_total_capacity(sys, *nodes))
+            : default_concurrency();
   memory_use memory;
   memory.start_kib = proc_status_kib("VmRSS:");
   auto backend = start_backend(block, opts.provider_config);

@@ -11,8 +11,8 @@
 #include <chrono>
 #include <map>
 #include <set>
-#include <tuple>
 #include <spdlog/spdlog.h>
+#include <tuple>
 
 namespace sv {
 

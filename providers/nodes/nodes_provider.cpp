@@ -10,12 +10,13 @@
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 #include <caf/event_based_actor.hpp>
-#include <caf/make_message.hpp>
 #include <caf/io/middleman.hpp>
+#include <caf/make_message.hpp>
 #include <caf/openssl/manager.hpp>
 #include <caf/scoped_actor.hpp>
 #include <caf/stateful_actor.hpp>
 #include <chrono>
+#include <cstdio>
 #include <deque>
 #include <functional>
 #include <map>
@@ -39,6 +40,12 @@ constexpr auto first_backoff = std::chrono::milliseconds{250};
 /// are shorter and decide.
 constexpr auto create_timeout = std::chrono::seconds{900};
 constexpr auto call_timeout = std::chrono::seconds{900};
+
+std::string format_seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g s", s);
+  return buf;
+}
 
 caf::timespan seconds_span(double s) {
   return duration_cast<caf::timespan>(std::chrono::duration<double>{s});
@@ -74,6 +81,10 @@ struct node_slot {
   uint64_t gen = 0;
   caf::timespan backoff = first_backoff;
   uint64_t losses = 0;
+  /// Why the last connection attempt failed (empty: none failed).
+  std::string last_error;
+  /// A test's node: no middleman, the handle is given.
+  bool injected = false;
   std::map<uint64_t, fail_fn> pending;
 };
 
@@ -172,9 +183,47 @@ void connect(self_ptr self, size_t idx) {
     node.connecting = false;
     if (node.gen != gen || node.up)
       return;
-    spdlog::info("node {} not reachable: {}", node.endpoint, why);
+    // The first failure of a streak is a warning, the retries info.
+    if (node.last_error != why)
+      spdlog::warn("node {} not reachable: {}", node.endpoint, why);
+    else
+      spdlog::info("node {} not reachable: {}", node.endpoint, why);
+    node.last_error = why;
     schedule_reconnect(self, idx);
   };
+  auto tls = self->state.settings.tls.enabled();
+  auto render = [=](const caf::error& err) {
+    auto text = self->system().render(err);
+    if (tls && err == caf::sec::disconnect_during_handshake)
+      return "TLS handshake refused (is each side's certificate signed by "
+             "the other's CA?): " +
+             text;
+    return text;
+  };
+  auto on_node = [=](node_actor hdl) {
+    self->request(hdl, timeout, node_info_atom::value)
+      .then(
+        [=](uint32_t capacity, uint32_t) {
+          auto& node = self->state.nodes[idx];
+          node.connecting = false;
+          if (node.gen != gen || node.up)
+            return;
+          node.hdl = hdl;
+          node.up = true;
+          node.capacity = capacity;
+          node.in_use = 0;
+          node.backoff = first_backoff;
+          node.last_error.clear();
+          self->monitor(hdl);
+          spdlog::info("node {} up, capacity {}", node.endpoint, capacity);
+          dispatch(self);
+        },
+        [=](caf::error& err) { fail(render(err)); });
+  };
+  if (node.injected) {
+    on_node(node.hdl);
+    return;
+  }
   self
     ->request(mm_actor(self), timeout, caf::connect_atom::value, node.host,
               node.port)
@@ -189,26 +238,9 @@ void connect(self_ptr self, size_t idx) {
           fail("the actor published there is not an sv-node");
           return;
         }
-        auto hdl = caf::actor_cast<node_actor>(ptr);
-        self->request(hdl, timeout, node_info_atom::value)
-          .then(
-            [=](uint32_t capacity, uint32_t) {
-              auto& node = self->state.nodes[idx];
-              node.connecting = false;
-              if (node.gen != gen || node.up)
-                return;
-              node.hdl = hdl;
-              node.up = true;
-              node.capacity = capacity;
-              node.in_use = 0;
-              node.backoff = first_backoff;
-              self->monitor(hdl);
-              spdlog::info("node {} up, capacity {}", node.endpoint, capacity);
-              dispatch(self);
-            },
-            [=](caf::error& err) { fail(self->system().render(err)); });
+        on_node(caf::actor_cast<node_actor>(ptr));
       },
-      [=](caf::error& err) { fail(self->system().render(err)); });
+      [=](caf::error& err) { fail(render(err)); });
 }
 
 /// Forgets a stopped sandbox and frees its slot.
@@ -349,10 +381,14 @@ void tick(self_ptr self) {
   auto& st = self->state;
   auto now = self->clock().now();
   while (!st.queue.empty() && st.queue.front().deadline <= now) {
-    st.queue.front().rp.deliver(make_error(
-      provider_errc::unavailable,
-      "no node with free capacity within " +
-        std::to_string(static_cast<int>(st.settings.queue_timeout_s)) + " s"));
+    std::string why;
+    for (auto& n : st.nodes)
+      if (!n.up && !n.last_error.empty())
+        why += (why.empty() ? "; " : ", ") + n.endpoint + ": " + n.last_error;
+    st.queue.front().rp.deliver(
+      make_error(provider_errc::unavailable,
+                 "no node with free capacity within " +
+                   format_seconds(st.settings.queue_timeout_s) + why));
     st.queue.pop_front();
   }
   // Our own heartbeat on top of BASP's: a node that stops answering
@@ -381,13 +417,18 @@ void tick(self_ptr self) {
   self->delayed_send(self, tick_interval, tick_atom::value);
 }
 
-caf::behavior nodes_provider(self_ptr self, nodes_settings settings) {
+caf::behavior nodes_provider(self_ptr self, nodes_settings settings,
+                             std::vector<node_actor> injected) {
   auto& st = self->state;
   st.settings = std::move(settings);
-  for (auto& ep : st.settings.endpoints) {
+  for (size_t i = 0; i < st.settings.endpoints.size(); ++i) {
     node_slot n;
-    n.endpoint = ep;
-    split_endpoint(ep, n.host, n.port);
+    n.endpoint = st.settings.endpoints[i];
+    split_endpoint(n.endpoint, n.host, n.port);
+    if (i < injected.size()) {
+      n.injected = true;
+      n.hdl = injected[i];
+    }
     st.nodes.push_back(std::move(n));
   }
   self->set_default_handler(log_and_drop_unexpected);
@@ -441,7 +482,7 @@ public:
 
   provider_actor spawn(caf::actor_system& sys) const override {
     return caf::actor_cast<provider_actor>(
-      sys.spawn(nodes_provider, settings_));
+      sys.spawn(nodes_provider, settings_, std::vector<node_actor>{}));
   }
 
   void shut_down() override {
@@ -517,6 +558,13 @@ nodes_settings parse_nodes_settings(const json& j) {
 
 std::shared_ptr<provider_backend> make_nodes_backend(const json& settings) {
   return std::make_shared<nodes_backend>(settings);
+}
+
+provider_actor spawn_nodes_provider(caf::actor_system& sys,
+                                    nodes_settings settings,
+                                    std::vector<node_actor> nodes) {
+  return caf::actor_cast<provider_actor>(
+    sys.spawn(nodes_provider, std::move(settings), std::move(nodes)));
 }
 
 void configure_front(caf::actor_system_config& cfg,

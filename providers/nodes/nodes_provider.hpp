@@ -6,6 +6,7 @@
 
 #include "messages/protocol.hpp"
 #include "providers/nodes/middleman_setup.hpp"
+#include "providers/nodes/node_protocol.hpp"
 
 #include <cstdint>
 #include <memory>
@@ -40,6 +41,14 @@ nodes_settings parse_nodes_settings(const json& settings);
 
 /// The backend of a `nodes` block (providers/factory.cpp).
 std::shared_ptr<provider_backend> make_nodes_backend(const json& settings);
+
+/// A nodes provider on given node handles (`nodes[i]` is
+/// `settings.endpoints[i]`, which only names it): no middleman; a lost
+/// node is asked again for its capacity with backoff. For message-level
+/// tests.
+provider_actor spawn_nodes_provider(caf::actor_system& sys,
+                                    nodes_settings settings,
+                                    std::vector<node_actor> nodes);
 
 /// Loads the middleman (and TLS) a front of `settings` needs.
 void configure_front(caf::actor_system_config& cfg,
