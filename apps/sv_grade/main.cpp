@@ -513,6 +513,9 @@ int run(cli_options opts, terminal_bar& bar) {
   std::optional<supervisor_stats> stats;
   if (!aborted)
     stats = fetch_stats(sys, supervisor);
+  json node_table = json::array();
+  if (nodes)
+    node_table = nodes_stats(sys, provider);
   memory.end_kib = proc_status_kib("VmRSS:");
   std::tie(memory.cpu_user_s, memory.cpu_system_s) = own_cpu_seconds();
   memory.peak_kib = proc_status_kib("VmHWM:");
@@ -524,6 +527,7 @@ int run(cli_options opts, terminal_bar& bar) {
   if (stats)
     summary.set_supervisor_stats(*stats);
   summary.set_memory(memory);
+  summary.set_nodes(node_table);
   auto sig = signals.first();
   if (auto end = how_it_ended(sig, fed, *writer, io.total))
     summary.set_batch_end(*end);

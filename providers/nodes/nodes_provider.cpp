@@ -6,6 +6,7 @@
 #include "providers/factory.hpp"
 #include "providers/nodes/node_protocol.hpp"
 
+#include <algorithm>
 #include <caf/actor_cast.hpp>
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
@@ -85,12 +86,19 @@ struct node_slot {
   std::string last_error;
   /// A test's node: no middleman, the handle is given.
   bool injected = false;
+  // Counters for the per-node table of the front's summary.
+  uint64_t sandboxes = 0;
+  uint64_t create_failures = 0;
+  uint64_t failed_by_loss = 0;
+  uint64_t call_failures = 0;
+  std::vector<double> lifetimes_ms;
   std::map<uint64_t, fail_fn> pending;
 };
 
 struct placed_sandbox {
   size_t node = 0;
   sandbox_handle inner;
+  caf::actor_clock::time_point created;
 };
 
 struct queued_create {
@@ -166,6 +174,7 @@ void lose(self_ptr self, size_t idx, const std::string& why) {
   }
   auto pending = std::move(node.pending);
   node.pending.clear();
+  node.failed_by_loss += pending.size();
   auto err = make_error(provider_errc::unavailable,
                         "node " + node.endpoint + " lost (" + why + ")");
   for (auto& [id, fail] : pending)
@@ -252,6 +261,9 @@ void release(self_ptr self, const std::string& id) {
   auto& node = st.nodes[i->second.node];
   if (node.in_use > 0)
     --node.in_use;
+  node.lifetimes_ms.push_back(std::chrono::duration<double, std::milli>(
+                                self->clock().now() - i->second.created)
+                                .count());
   st.sandboxes.erase(i);
   dispatch(self);
 }
@@ -312,7 +324,9 @@ void place(self_ptr self, sandbox_spec spec,
         out.sandbox_id = node.endpoint + "/" + inner.sandbox_id;
         out.provider_name = "nodes";
         out.state = node.endpoint;
-        st.sandboxes[out.sandbox_id] = placed_sandbox{idx, std::move(inner)};
+        ++node.sandboxes;
+        st.sandboxes[out.sandbox_id] =
+          placed_sandbox{idx, std::move(inner), self->clock().now()};
         rp.deliver(std::move(out));
       },
       [=](caf::error& err) mutable {
@@ -321,6 +335,7 @@ void place(self_ptr self, sandbox_spec spec,
           return;
         if (node.in_use > 0)
           --node.in_use;
+        ++node.create_failures;
         if (retry_elsewhere(err) && tries + 1 < limit) {
           spdlog::debug("create on {} failed ({}): placing it elsewhere",
                         node.endpoint, describe(err));
@@ -370,6 +385,7 @@ caf::result<R> forward(self_ptr self, const sandbox_handle& hdl,
       [=](caf::error& err) mutable {
         if (self->state.nodes[idx].pending.erase(id) == 0)
           return;
+        ++self->state.nodes[idx].call_failures;
         if (is_stop)
           release(self, front_id);
         rp.deliver(std::move(err));
@@ -415,6 +431,30 @@ void tick(self_ptr self) {
         });
   }
   self->delayed_send(self, tick_interval, tick_atom::value);
+}
+
+double percentile(std::vector<double> xs, double p) {
+  if (xs.empty())
+    return -1;
+  std::sort(xs.begin(), xs.end());
+  auto rank = static_cast<size_t>(p * static_cast<double>(xs.size() - 1) + 0.5);
+  return xs[std::min(rank, xs.size() - 1)];
+}
+
+std::string stats_text(self_ptr self) {
+  json out = json::array();
+  for (auto& n : self->state.nodes)
+    out.push_back(json{{"endpoint", n.endpoint},
+                       {"up", n.up},
+                       {"capacity", n.capacity},
+                       {"sandboxes", n.sandboxes},
+                       {"create_failures", n.create_failures},
+                       {"call_failures", n.call_failures},
+                       {"failed_by_node_loss", n.failed_by_loss},
+                       {"losses", n.losses},
+                       {"sandbox_ms_p50", percentile(n.lifetimes_ms, 0.5)},
+                       {"sandbox_ms_p99", percentile(n.lifetimes_ms, 0.99)}});
+  return out.dump();
 }
 
 caf::behavior nodes_provider(self_ptr self, nodes_settings settings,
@@ -470,6 +510,7 @@ caf::behavior nodes_provider(self_ptr self, nodes_settings settings,
         connect(self, idx);
     },
     [=](tick_atom) { tick(self); },
+    [=](nodes_stats_atom) { return stats_text(self); },
   };
 }
 
@@ -570,6 +611,22 @@ provider_actor spawn_nodes_provider(caf::actor_system& sys,
 void configure_front(caf::actor_system_config& cfg,
                      const nodes_settings& settings) {
   configure_middleman(cfg, settings.tls);
+}
+
+json nodes_stats(caf::actor_system& sys, const provider_actor& provider) {
+  json out = json::array();
+  caf::scoped_actor self{sys};
+  self
+    ->request(caf::actor_cast<caf::actor>(provider), std::chrono::seconds{5},
+              nodes_stats_atom::value)
+    .receive(
+      [&](std::string& text) {
+        out = json::parse(text, nullptr, false);
+        if (out.is_discarded())
+          out = json::array();
+      },
+      [&](caf::error&) {});
+  return out;
 }
 
 size_t nodes_total_capacity(caf::actor_system& sys,

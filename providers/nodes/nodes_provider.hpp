@@ -54,6 +54,15 @@ provider_actor spawn_nodes_provider(caf::actor_system& sys,
 void configure_front(caf::actor_system_config& cfg,
                      const nodes_settings& settings);
 
+/// The untyped question a nodes provider answers with its per-node table
+/// (a JSON array as text).
+using nodes_stats_atom = caf::atom_constant<caf::atom("nstats")>;
+
+/// The per-node table of a nodes provider: endpoint, up, capacity,
+/// sandboxes, create_failures, call_failures, failed_by_node_loss, losses,
+/// sandbox_ms_p50/p99 (create to stop). Blocks up to 5 s (main thread).
+json nodes_stats(caf::actor_system& sys, const provider_actor& provider);
+
 /// Asks every reachable node its capacity (blocking, bounded by the connect
 /// timeout; call on the main thread) and returns their sum (0: none).
 size_t nodes_total_capacity(caf::actor_system& sys,
