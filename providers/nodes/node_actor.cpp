@@ -167,7 +167,9 @@ node_actor::behavior_type node_behavior(self_ptr self, provider_actor inner,
       return rp;
     },
     [=](node_info_atom) -> std::tuple<uint32_t, uint32_t> {
-      return std::make_tuple(self->state.limits.capacity, self->state.in_use);
+      // A draining node admits nothing: fronts place elsewhere.
+      auto& st = self->state;
+      return std::make_tuple(st.draining ? 0u : st.limits.capacity, st.in_use);
     },
     [=](drain_atom) -> uint32_t {
       self->state.draining = true;

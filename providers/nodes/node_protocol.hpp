@@ -16,7 +16,8 @@ using node_info_atom = caf::atom_constant<caf::atom("node_info")>;
 using drain_atom = caf::atom_constant<caf::atom("drain")>;
 
 using node_actor = provider_actor::extend<
-  // Capacity and sandboxes in use (created or being created, not stopped).
+  // Capacity (0 while draining) and sandboxes in use (created or being
+  // created, not stopped).
   caf::replies_to<node_info_atom>::with<uint32_t, uint32_t>,
   // No new sandboxes from now on; replies with the sandboxes still in use.
   caf::replies_to<drain_atom>::with<uint32_t>>;

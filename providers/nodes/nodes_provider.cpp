@@ -336,6 +336,11 @@ void place(self_ptr self, sandbox_spec spec,
         if (node.in_use > 0)
           --node.in_use;
         ++node.create_failures;
+        if (retry_elsewhere(err) && node.up) {
+          // Draining or full for other fronts: no more creates there until
+          // its next heartbeat says how many it admits.
+          node.capacity = node.in_use;
+        }
         if (retry_elsewhere(err) && tries + 1 < limit) {
           spdlog::debug("create on {} failed ({}): placing it elsewhere",
                         node.endpoint, describe(err));

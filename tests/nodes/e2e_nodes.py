@@ -214,6 +214,32 @@ def case_sigstop(c):
     check(took < 20, f"sigstop: batch took {took:.1f} s")
 
 
+def case_front_lost_and_drain(c):
+    nodes = [c.start_node(f"f{i}") for i in range(2)]
+    eps = [p.endpoint for p in nodes]
+    # kill -9 of the front: the nodes stop every sandbox it created.
+    proc = c.grade(eps, 8, 30)
+    check(wait_until(lambda: all(leftovers(p.root) for p in nodes), 15),
+          "front_lost: the batch did not start on both nodes")
+    proc.kill()
+    proc.communicate(timeout=10)
+    for p in nodes:
+        check(wait_until(lambda: not leftovers(p.root), 10),
+              f"front_lost: {p.endpoint} kept {leftovers(p.root)}")
+    # SIGTERM drains a node: what runs on it finishes (ok), it exits 0,
+    # later creates go to the other node.
+    proc = c.grade(eps, 16, 1.5)
+    check(wait_until(lambda: leftovers(nodes[0].root), 15),
+          "drain: nothing started on the node")
+    nodes[0].send_signal(signal.SIGTERM)
+    rc, out, err = finish(proc)
+    check(rc == 0, f"drain: exit {rc}: {err[-3000:]}")
+    one_reply_each(out, 16)
+    check(all(o["ok"] for o in out), f"drain: failures {out}")
+    check(nodes[0].wait(timeout=30) == 0, "drain: node exit status")
+    check(not leftovers(nodes[0].root), "drain: sandboxes left")
+
+
 def make_ca(c, name):
     d = c.path(name)
     os.makedirs(d)
@@ -259,7 +285,7 @@ def case_tls(c):
 
 
 CASES = {"spread_and_kill": case_spread_and_kill, "sigstop": case_sigstop,
-         "tls": case_tls}
+         "front_lost_and_drain": case_front_lost_and_drain, "tls": case_tls}
 
 
 def main():
