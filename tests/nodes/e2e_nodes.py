@@ -163,7 +163,8 @@ def case_spread_and_kill(c):
         check(used(c, ep), f"node {ep} got no work")
     # kill -9 of one node mid-batch.
     proc = c.grade(eps, 24, 1.5)
-    time.sleep(1.0)
+    check(wait_until(lambda: leftovers(nodes[1].root), 20),
+          "kill: nothing started on the node")
     nodes[1].kill()
     nodes[1].wait(timeout=10)
     rc, out, err = finish(proc)
@@ -195,7 +196,8 @@ def case_sigstop(c):
     nodes = [c.start_node(f"s{i}") for i in range(3)]
     eps = [p.endpoint for p in nodes]
     proc = c.grade(eps, 12, 3)
-    time.sleep(1.0)
+    check(wait_until(lambda: leftovers(nodes[2].root), 20),
+          "sigstop: nothing started on the node")
     os.kill(nodes[2].pid, signal.SIGSTOP)
     t0 = time.monotonic()
     rc, out, err = finish(proc)
@@ -209,7 +211,7 @@ def case_sigstop(c):
         f = o["failure"]
         check(f["failure_kind"] == "provider_unavailable"
               and f["cause"] == "node_down", f"sigstop: {o}")
-        check(o["timings_ms"]["total"] < 1000 * (1.0 + 5 + 2),
+        check(o["timings_ms"]["total"] < 1000 * (3 + 5 + 1),
               f"sigstop: noticed too late: {o['timings_ms']}")
     check(took < 20, f"sigstop: batch took {took:.1f} s")
 
