@@ -116,7 +116,12 @@ def check(cond, what):
 
 
 def finish(proc, timeout=90):
-    out, err = proc.communicate(timeout=timeout)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate(timeout=10)
+        raise AssertionError(f"sv-grade did not finish within {timeout} s")
     outcomes = [json.loads(l) for l in out.splitlines()]
     return proc.returncode, outcomes, err
 
