@@ -247,6 +247,35 @@ def case_front_lost_and_drain(c):
     check(not leftovers(nodes[0].root), "drain: sandboxes left")
 
 
+def case_usage(c):
+    def node(*args):
+        return subprocess.run([c.sv_node, *args], capture_output=True,
+                              text=True, timeout=30)
+    p = node("--help")
+    check(p.returncode == 0 and "--listen" in p.stdout
+          and "listening on" in p.stdout, f"--help: {p.returncode}")
+    p = node()
+    check(p.returncode == 2 and "--listen" in p.stderr, f"no args: {p}")
+    p = node("--listen", "10.0.0.1:0")
+    check(p.returncode == 2 and "--insecure" in p.stderr, f"non-loopback: {p}")
+    p = node("--listen", "127.0.0.1:x")
+    check(p.returncode == 2 and "bad port" in p.stderr, f"bad port: {p}")
+    p = node("--listen", "127.0.0.1:0", "--tls-cert", "a.pem")
+    check(p.returncode == 2, f"cert without key: {p}")
+    bad = c.path("bad.json")
+    with open(bad, "w") as f:
+        f.write('{"nodes": {"endpoints": ["127.0.0.1:1"]}}')
+    p = node("--listen", "127.0.0.1:0", "--provider-config", bad)
+    check(p.returncode == 2 and "cannot serve a nodes block" in p.stderr,
+          f"nodes block on a node: {p}")
+    first = c.start_node("u0")
+    # Its own sandbox root: never the shared default one.
+    p = node("--listen", first.endpoint, "--provider-config",
+             c.path("u0.json"))
+    check(p.returncode == 1 and "cannot listen" in p.stderr,
+          f"port in use: {p}")
+
+
 def make_ca(c, name):
     d = c.path(name)
     os.makedirs(d)
@@ -292,7 +321,8 @@ def case_tls(c):
 
 
 CASES = {"spread_and_kill": case_spread_and_kill, "sigstop": case_sigstop,
-         "front_lost_and_drain": case_front_lost_and_drain, "tls": case_tls}
+         "front_lost_and_drain": case_front_lost_and_drain, "tls": case_tls,
+         "usage": case_usage}
 
 
 def main():
