@@ -1,8 +1,9 @@
 # FindCAF: locates the C++ Actor Framework as Debian packages it (libcaf-dev),
 # which ships headers and libraries but no CMake config file.
 #
-# Components: core, io. Result: CAF_FOUND, CAF_VERSION, imported targets
-# CAF::core and CAF::io (io depends on core, core on Threads::Threads).
+# Components: core, io, openssl. Result: CAF_FOUND, CAF_VERSION, imported
+# targets CAF::core, CAF::io and CAF::openssl (openssl depends on io, io on
+# core, core on Threads::Threads).
 
 find_package(Threads REQUIRED)
 
@@ -52,6 +53,13 @@ if(CAF_FOUND)
       IMPORTED_LOCATION "${CAF_io_LIBRARY}"
       INTERFACE_LINK_LIBRARIES CAF::core)
   endif()
+  if(CAF_openssl_FOUND AND NOT TARGET CAF::openssl)
+    add_library(CAF::openssl UNKNOWN IMPORTED)
+    set_target_properties(CAF::openssl PROPERTIES
+      IMPORTED_LOCATION "${CAF_openssl_LIBRARY}"
+      INTERFACE_LINK_LIBRARIES CAF::io)
+  endif()
 endif()
 
-mark_as_advanced(CAF_INCLUDE_DIR CAF_core_LIBRARY CAF_io_LIBRARY)
+mark_as_advanced(CAF_INCLUDE_DIR CAF_core_LIBRARY CAF_io_LIBRARY
+                 CAF_openssl_LIBRARY)

@@ -2,6 +2,7 @@
 
 #include "messages/json.hpp"
 #include "providers/local.hpp"
+#include "providers/nodes/nodes_provider.hpp"
 #include "providers/scripted.hpp"
 
 #include <caf/actor_system.hpp>
@@ -64,6 +65,7 @@ std::shared_ptr<provider_backend> make_backend(const json& settings) {
 const provider_entry known_providers[] = {
   {"local", make_backend<local_backend>},
   {"scripted", make_backend<scripted_backend>},
+  {"nodes", make_nodes_backend},
 };
 
 constexpr const char* metadata_key = "default_metadata";

@@ -8,7 +8,8 @@ build_dir=${1:-build}
 
 packages=(
   build-essential cmake          # g++ 12, make, cmake 3.25 (ctest)
-  libcaf-dev                     # CAF 0.17.6: core, io
+  libcaf-dev                     # CAF 0.17.6: core, io, openssl (TLS)
+  openssl                        # the CLI: test CAs of the nodes e2e test
   nlohmann-json3-dev libboost1.81-dev libspdlog-dev libcli11-dev
   libyaml-cpp-dev                # YAML provider configs
   catch2                         # Catch2 2.13 (tests)

@@ -19,6 +19,7 @@
 #include "messages/registry.hpp"
 #include "messages/validation.hpp"
 #include "providers/factory.hpp"
+#include "providers/nodes/nodes_provider.hpp"
 
 #include <CLI/CLI.hpp>
 #include <atomic>
@@ -99,7 +100,8 @@ std::optional<int> parse_cli(int argc, char** argv, cli_options& opts) {
     ->required();
   app
     .add_option("--concurrency", opts.concurrency,
-                "verifications at once (default: 2 x hardware threads)")
+                "verifications at once (default: 2 x hardware threads; on a "
+                "nodes block, the sum of the nodes' capacities)")
     ->check(CLI::Range(size_t{1}, size_t{1000000}));
   app.add_option("--provider-config", opts.provider_config,
                  "JSON provider block file (default: {\"local\": {}})");
@@ -432,7 +434,7 @@ bool write_summary_json(int fd, const std::string& path, const json& doc) {
   return false;
 }
 
-int run(const cli_options& opts, terminal_bar& bar) {
+int run(cli_options opts, terminal_bar& bar) {
   if (!opts.work_dir.empty() && !is_confined_path(opts.work_dir))
     throw usage_error("--work-dir " + opts.work_dir +
                       ": must be a relative path inside the sandbox");
@@ -475,7 +477,22 @@ int run(const cli_options& opts, terminal_bar& bar) {
   caf::actor_system_config cfg;
   register_protocol(cfg);
   install_scheduler(cfg);
+  std::optional<nodes_settings> nodes;
+  if (block.name == "nodes") {
+    try {
+      nodes = parse_nodes_settings(block.settings);
+      configure_front(cfg, *nodes);
+    } catch (const std::exception& e) {
+      throw usage_error("provider config: nodes: " + std::string{e.what()});
+    }
+  }
   caf::actor_system sys{cfg};
+  // On nodes, as many at once as the nodes run (the nodes provider queues
+  // creates beyond their free capacity).
+  if (opts.concurrency == 0)
+    opts.concurrency =
+      nodes ? std::max<size_t>(1, nodes_total_capacity(sys, *nodes))
+            : default_concurrency();
   memory_use memory;
   memory.start_kib = proc_status_kib("VmRSS:");
   auto backend = start_backend(block, opts.provider_config, config_file);
@@ -503,6 +520,9 @@ int run(const cli_options& opts, terminal_bar& bar) {
   std::optional<supervisor_stats> stats;
   if (!aborted)
     stats = fetch_stats(sys, supervisor);
+  json node_table = json::array();
+  if (nodes)
+    node_table = nodes_stats(sys, provider);
   memory.end_kib = proc_status_kib("VmRSS:");
   std::tie(memory.cpu_user_s, memory.cpu_system_s) = own_cpu_seconds();
   memory.peak_kib = proc_status_kib("VmHWM:");
@@ -514,6 +534,7 @@ int run(const cli_options& opts, terminal_bar& bar) {
   if (stats)
     summary.set_supervisor_stats(*stats);
   summary.set_memory(memory);
+  summary.set_nodes(node_table);
   auto sig = signals.first();
   if (auto end = how_it_ended(sig, fed, *writer, io.total))
     summary.set_batch_end(*end);
@@ -538,8 +559,6 @@ int main(int argc, char** argv) {
   cli_options opts;
   if (auto status = parse_cli(argc, argv, opts))
     return *status;
-  if (opts.concurrency == 0)
-    opts.concurrency = default_concurrency();
   std::ios::sync_with_stdio(false);
   // Log lines would tear the bar apart: at info and below, the log is the
   // progress; above it, a log line is printed over the bar, then the bar.

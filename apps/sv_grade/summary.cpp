@@ -141,6 +141,22 @@ std::string batch_summary::render(double wall_s) const {
              std::to_string(s.crashed) + ", provider restarts " +
              std::to_string(s.provider_restarts) + "\n";
   }
+  for (auto& n : nodes_) {
+    auto num = [&](const char* key) {
+      return n.contains(key) ? n[key].dump() : std::string{"?"};
+    };
+    auto ms = [&](const char* key) {
+      auto v = n.value(key, -1.0);
+      return v < 0 ? std::string{"n/a"} : fixed(v, 1);
+    };
+    out += "  node         " + n.value("endpoint", std::string{"?"}) + ": " +
+           num("sandboxes") + " sandboxes, sandbox ms p50 " +
+           ms("sandbox_ms_p50") + " p99 " + ms("sandbox_ms_p99") +
+           ", create failures " + num("create_failures") + ", call failures " +
+           num("call_failures") + ", failed by loss " +
+           num("failed_by_node_loss") + ", losses " + num("losses") +
+           (n.value("up", false) ? "" : " (down)") + "\n";
+  }
   if (memory_) {
     out += "  memory       rss start " + fixed(memory_->start_kib / 1024.0, 1) +
            " MiB, peak " + fixed(memory_->peak_kib / 1024.0, 1) + " MiB, end " +
@@ -191,6 +207,8 @@ json batch_summary::to_json(double wall_s) const {
            {"per_s", wall_s > 0 ? static_cast<double>(graded_) / wall_s : 0}};
   if (stats_)
     out["supervisor"] = *stats_;
+  if (!nodes_.empty())
+    out["nodes"] = nodes_;
   if (memory_) {
     out["memory_kib"] = json{{"rss_start", memory_->start_kib},
                              {"rss_peak", memory_->peak_kib},

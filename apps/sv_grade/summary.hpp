@@ -99,6 +99,10 @@ public:
 
   void set_memory(const memory_use& memory) { memory_ = memory; }
 
+  /// The per-node table of a nodes provider (providers/nodes: a JSON array
+  /// of objects with endpoint, sandboxes, losses, ...).
+  void set_nodes(const json& nodes) { nodes_ = nodes; }
+
   /// The multi-line report, given the batch's wall time.
   std::string render(double wall_s) const;
 
@@ -119,6 +123,7 @@ private:
   std::optional<supervisor_stats> stats_;
   std::optional<memory_use> memory_;
   std::optional<batch_end> end_;
+  json nodes_ = json::array();
 };
 
 /// One progress line: "[####----] 82/164 50% 31.2/s ETA 0:03" when `total`

@@ -1,0 +1,239 @@
+// sv-node: offers one provider (any provider block, default {"local": {}})
+// to fronts over CAF's middleman. See README.md, "Distributed grading".
+
+#include "actors/scheduler.hpp"
+#include "messages/bounded_json.hpp"
+#include "messages/errors.hpp"
+#include "messages/json.hpp"
+#include "messages/registry.hpp"
+#include "providers/factory.hpp"
+#include "providers/nodes/middleman_setup.hpp"
+#include "providers/nodes/node_protocol.hpp"
+
+#include <CLI/CLI.hpp>
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/io/middleman.hpp>
+#include <caf/openssl/publish.hpp>
+#include <caf/scoped_actor.hpp>
+#include <chrono>
+#include <csignal>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <pthread.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+#include <thread>
+
+namespace {
+
+using namespace sv;
+using namespace std::chrono_literals;
+
+struct usage_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct cli_options {
+  std::string listen;
+  std::string provider_config;
+  uint32_t capacity = 0;
+  uint64_t max_upload_bytes = 64ull << 20;
+  tls_files tls;
+  bool insecure = false;
+  std::string log_level = "warn";
+  double drain_timeout_s = 600;
+};
+
+constexpr const char* help_footer = R"(
+Prints "listening on HOST:PORT" (the real port; --listen HOST:0 picks a
+free one) on stdout once it accepts connections. A front (sv-grade with a
+provider block {"nodes": {"endpoints": ["HOST:PORT", ...]}}) places
+sandboxes on it. SIGTERM or SIGINT drains: no new sandboxes, the ones in use
+finish, all are stopped, exit 0. When a front's connection is lost, the
+node stops every sandbox that front created.
+
+Without TLS, sv-node listens only on loopback unless --insecure is given:
+BASP has no authentication. With --tls-cert/--tls-key/--tls-ca both sides
+verify the peer's certificate against the CA.
+
+Exit status: 0 after a drain, 1 on a runtime error, 2 on a usage error.)";
+
+std::optional<int> parse_cli(int argc, char** argv, cli_options& opts) {
+  CLI::App app{"sv-node: offers a sandbox provider to grading fronts over "
+               "CAF's middleman",
+               "sv-node"};
+  app.footer(help_footer);
+  app.add_option("--listen", opts.listen, "HOST:PORT to accept fronts on")
+    ->required();
+  app.add_option("--provider-config", opts.provider_config,
+                 "JSON provider block file (default: {\"local\": {}})");
+  app
+    .add_option("--capacity", opts.capacity,
+                "sandboxes at once (default: 2 x hardware threads)")
+    ->check(CLI::Range(uint32_t{1}, uint32_t{100000}));
+  app
+    .add_option("--max-upload-bytes", opts.max_upload_bytes,
+                "largest upload (paths and contents) accepted")
+    ->capture_default_str();
+  auto* cert =
+    app.add_option("--tls-cert", opts.tls.cert, "PEM certificate of this node");
+  auto* key =
+    app.add_option("--tls-key", opts.tls.key, "PEM private key of this node");
+  auto* ca = app.add_option("--tls-ca", opts.tls.ca,
+                            "PEM CA that fronts' certificates must chain to");
+  cert->needs(key)->needs(ca);
+  key->needs(cert);
+  ca->needs(cert);
+  app.add_flag("--insecure", opts.insecure,
+               "allow listening on a non-loopback address without TLS");
+  app
+    .add_option("--drain-timeout", opts.drain_timeout_s,
+                "seconds a drain waits for sandboxes in use")
+    ->capture_default_str();
+  app
+    .add_option("--log-level", opts.log_level,
+                "trace, debug, info, warn, error, critical or off")
+    ->capture_default_str()
+    ->check(CLI::IsMember(
+      {"trace", "debug", "info", "warn", "error", "critical", "off"}));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    auto status = app.exit(e);
+    return status == 0 ? 0 : 2;
+  }
+  return std::nullopt;
+}
+
+std::pair<std::string, uint16_t> split_host_port(const std::string& text) {
+  auto colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == text.size())
+    throw usage_error("--listen " + text + ": expected HOST:PORT");
+  auto host = text.substr(0, colon);
+  auto port_text = text.substr(colon + 1);
+  if (port_text.find_first_not_of("0123456789") != std::string::npos ||
+      port_text.size() > 5 || std::stoul(port_text) > 65535)
+    throw usage_error("--listen " + text + ": bad port");
+  return {host, static_cast<uint16_t>(std::stoul(port_text))};
+}
+
+bool is_loopback(const std::string& host) {
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
+provider_block load_block(const std::string& path) {
+  if (path.empty())
+    return parse_provider_block(json{{"local", json::object()}});
+  std::ifstream in{path, std::ios::binary};
+  if (!in)
+    throw usage_error("provider config " + path + ": " + std::strerror(errno));
+  std::string text{std::istreambuf_iterator<char>{in},
+                   std::istreambuf_iterator<char>{}};
+  json doc;
+  if (auto err = parse_bounded(text, doc, json_limits{}); !err.empty())
+    throw usage_error("provider config " + path + ": not valid JSON: " + err);
+  try {
+    auto block = parse_provider_block(doc);
+    if (block.name == "nodes")
+      throw usage_error("provider config " + path +
+                        ": a node cannot serve a nodes block");
+    return block;
+  } catch (const json_error& e) {
+    throw usage_error("provider config " + path + ": " + e.what());
+  }
+}
+
+int run(const cli_options& opts, const sigset_t& signals) {
+  auto [host, port] = split_host_port(opts.listen);
+  if (!opts.tls.enabled() && !is_loopback(host) && !opts.insecure)
+    throw usage_error("--listen " + opts.listen +
+                      ": without TLS, sv-node listens only on loopback "
+                      "(BASP has no authentication); give --tls-cert, "
+                      "--tls-key and --tls-ca, or --insecure");
+  auto block = load_block(opts.provider_config);
+  std::shared_ptr<provider_backend> backend;
+  try {
+    backend = prepare_provider(block);
+  } catch (const json_error& e) {
+    throw usage_error("provider config: " + std::string{e.what()});
+  }
+  node_limits limits;
+  limits.capacity = opts.capacity > 0
+                      ? opts.capacity
+                      : std::max(1u, 2 * std::thread::hardware_concurrency());
+  limits.max_upload_bytes = opts.max_upload_bytes;
+  caf::actor_system_config cfg;
+  register_protocol(cfg);
+  install_scheduler(cfg);
+  configure_middleman(cfg, opts.tls);
+  caf::actor_system sys{cfg};
+  auto inner = backend->spawn(sys);
+  auto node = spawn_node_actor(sys, inner, limits);
+  auto published = opts.tls.enabled()
+                     ? caf::openssl::publish(node, port, host.c_str(), true)
+                     : sys.middleman().publish(node, port, host.c_str(), true);
+  if (!published) {
+    caf::anon_send_exit(node, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(inner, caf::exit_reason::user_shutdown);
+    throw std::runtime_error("cannot listen on " + opts.listen + ": " +
+                             sys.render(published.error()));
+  }
+  std::cout << "listening on " << host << ":" << *published << std::endl;
+  spdlog::info("capacity {}, provider {}{}", limits.capacity, block.name,
+               opts.tls.enabled() ? ", TLS" : "");
+  int sig = 0;
+  sigwait(&signals, &sig);
+  spdlog::warn("signal {}: draining (no new sandboxes)", sig);
+  {
+    caf::scoped_actor self{sys};
+    auto deadline = std::chrono::steady_clock::now() +
+                    std::chrono::duration<double>{opts.drain_timeout_s};
+    for (;;) {
+      uint32_t in_use = 0;
+      self->request(node, 5s, drain_atom::value)
+        .receive([&](uint32_t n) { in_use = n; },
+                 [&](caf::error&) { in_use = 0; });
+      if (in_use == 0)
+        break;
+      if (std::chrono::steady_clock::now() >= deadline) {
+        spdlog::warn("drain timeout: {} sandboxes still in use", in_use);
+        break;
+      }
+      std::this_thread::sleep_for(100ms);
+    }
+  }
+  sys.middleman().unpublish(node, *published);
+  caf::anon_send_exit(node, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(inner, caf::exit_reason::user_shutdown);
+  sys.await_all_actors_done();
+  backend->shut_down();
+  return 0;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  cli_options opts;
+  if (auto status = parse_cli(argc, argv, opts))
+    return *status;
+  auto logger = spdlog::stderr_color_mt("sv-node");
+  spdlog::set_default_logger(logger);
+  spdlog::set_level(spdlog::level::from_str(opts.log_level));
+  // Every thread inherits the mask: only sigwait below sees these.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  try {
+    return run(opts, signals);
+  } catch (const usage_error& e) {
+    std::cerr << "sv-node: " << e.what() << '\n';
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "sv-node: " << e.what() << '\n';
+    return 1;
+  }
+}

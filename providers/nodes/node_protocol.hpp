@@ -1,0 +1,39 @@
+#pragma once
+
+// What an sv-node publishes on CAF's middleman: the provider interface plus
+// a question about its capacity and an order to drain. Both sides register
+// the protocol types under the same names (messages/registry.cpp), so a
+// front's `remote_actor<node_actor>` matches the published interface.
+
+#include "messages/provider.hpp"
+
+#include <caf/atom.hpp>
+#include <cstdint>
+
+namespace sv {
+
+using node_info_atom = caf::atom_constant<caf::atom("node_info")>;
+using drain_atom = caf::atom_constant<caf::atom("drain")>;
+
+using node_actor = provider_actor::extend<
+  // Capacity (0 while draining) and sandboxes in use (created or being
+  // created, not stopped).
+  caf::replies_to<node_info_atom>::with<uint32_t, uint32_t>,
+  // No new sandboxes from now on; replies with the sandboxes still in use.
+  caf::replies_to<drain_atom>::with<uint32_t>>;
+
+/// How a node admits work.
+struct node_limits {
+  /// Sandboxes at once; a create beyond them fails `overloaded`.
+  uint32_t capacity = 4;
+  /// Bytes of one upload (paths and contents); beyond: invalid_argument.
+  uint64_t max_upload_bytes = 64ull << 20;
+};
+
+/// The node-side actor in front of `inner`: enforces the capacity, bounds
+/// uploads, remembers which front created which sandbox and, when a front
+/// is lost, stops every sandbox that front created. Not linked to `inner`.
+node_actor spawn_node_actor(caf::actor_system& sys, provider_actor inner,
+                            node_limits limits);
+
+} // namespace sv

@@ -1,0 +1,666 @@
+#include "providers/nodes/nodes_provider.hpp"
+
+#include "actors/quiet.hpp"
+#include "messages/errors.hpp"
+#include "messages/json.hpp"
+#include "providers/factory.hpp"
+#include "providers/nodes/node_protocol.hpp"
+
+#include <algorithm>
+#include <caf/actor_cast.hpp>
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/io/middleman.hpp>
+#include <caf/make_message.hpp>
+#include <caf/openssl/manager.hpp>
+#include <caf/scoped_actor.hpp>
+#include <caf/stateful_actor.hpp>
+#include <chrono>
+#include <cstdio>
+#include <deque>
+#include <functional>
+#include <map>
+#include <set>
+#include <spdlog/spdlog.h>
+
+namespace sv {
+
+namespace {
+
+using namespace std::chrono_literals;
+using std::chrono::duration_cast;
+
+using reconnect_atom = caf::atom_constant<caf::atom("nreconn")>;
+using tick_atom = caf::atom_constant<caf::atom("ntick")>;
+
+constexpr auto tick_interval = 1s;
+constexpr auto max_backoff = std::chrono::milliseconds{4000};
+constexpr auto first_backoff = std::chrono::milliseconds{250};
+/// Generous bounds for one forwarded call: the verification's own deadlines
+/// are shorter and decide.
+constexpr auto create_timeout = std::chrono::seconds{900};
+constexpr auto call_timeout = std::chrono::seconds{900};
+
+std::string format_seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g s", s);
+  return buf;
+}
+
+caf::timespan seconds_span(double s) {
+  return duration_cast<caf::timespan>(std::chrono::duration<double>{s});
+}
+
+bool split_endpoint(const std::string& text, std::string& host,
+                    uint16_t& port) {
+  auto colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == text.size())
+    return false;
+  auto p = text.substr(colon + 1);
+  if (p.size() > 5 || p.find_first_not_of("0123456789") != std::string::npos)
+    return false;
+  auto n = std::stoul(p);
+  if (n == 0 || n > 65535)
+    return false;
+  host = text.substr(0, colon);
+  port = static_cast<uint16_t>(n);
+  return true;
+}
+
+using fail_fn = std::function<void(const caf::error&)>;
+
+struct node_slot {
+  std::string endpoint;
+  std::string host;
+  uint16_t port = 0;
+  node_actor hdl;
+  bool up = false;
+  bool connecting = false;
+  uint32_t capacity = 0;
+  uint32_t in_use = 0;
+  uint64_t gen = 0;
+  caf::timespan backoff = first_backoff;
+  uint64_t losses = 0;
+  /// Why the last connection attempt failed (empty: none failed).
+  std::string last_error;
+  /// A test's node: no middleman, the handle is given.
+  bool injected = false;
+  // Counters for the per-node table of the front's summary.
+  uint64_t sandboxes = 0;
+  uint64_t create_failures = 0;
+  uint64_t failed_by_loss = 0;
+  uint64_t call_failures = 0;
+  std::vector<double> lifetimes_ms;
+  std::map<uint64_t, fail_fn> pending;
+};
+
+struct placed_sandbox {
+  size_t node = 0;
+  sandbox_handle inner;
+  caf::actor_clock::time_point created;
+};
+
+struct queued_create {
+  sandbox_spec spec;
+  caf::typed_response_promise<sandbox_handle> rp;
+  caf::actor_clock::time_point deadline;
+  size_t tries = 0;
+};
+
+struct nodes_state {
+  nodes_settings settings;
+  std::vector<node_slot> nodes;
+  std::map<std::string, placed_sandbox> sandboxes;
+  std::set<std::string> lost;
+  std::deque<queued_create> queue;
+  uint64_t next_call = 0;
+  static inline const char* name = "sv.nodes_provider";
+};
+
+using self_ptr = caf::stateful_actor<nodes_state>*;
+
+void place(self_ptr self, sandbox_spec spec,
+           caf::typed_response_promise<sandbox_handle> rp, size_t tries);
+
+caf::io::middleman_actor mm_actor(self_ptr self) {
+  auto& sys = self->system();
+  if (self->state.settings.tls.enabled())
+    return sys.openssl_manager().actor_handle();
+  return sys.middleman().actor_handle();
+}
+
+/// Hands queued creates to nodes with free capacity.
+void dispatch(self_ptr self) {
+  auto& st = self->state;
+  while (!st.queue.empty()) {
+    bool free = false;
+    for (auto& n : st.nodes)
+      free = free || (n.up && n.in_use < n.capacity);
+    if (!free)
+      return;
+    auto q = std::move(st.queue.front());
+    st.queue.pop_front();
+    place(self, std::move(q.spec), q.rp, q.tries);
+  }
+}
+
+void schedule_reconnect(self_ptr self, size_t idx) {
+  auto& node = self->state.nodes[idx];
+  self->delayed_send(self, node.backoff, reconnect_atom::value, idx, node.gen);
+  node.backoff = std::min<caf::timespan>(node.backoff * 2, max_backoff);
+}
+
+/// The node is lost: everything in flight on it fails at once.
+void lose(self_ptr self, size_t idx, const std::string& why) {
+  auto& st = self->state;
+  auto& node = st.nodes[idx];
+  if (!node.up)
+    return;
+  spdlog::warn("node {} lost: {}", node.endpoint, why);
+  node.up = false;
+  node.in_use = 0;
+  ++node.gen;
+  ++node.losses;
+  if (node.hdl)
+    self->demonitor(node.hdl.address());
+  for (auto i = st.sandboxes.begin(); i != st.sandboxes.end();) {
+    if (i->second.node == idx) {
+      st.lost.insert(i->first);
+      i = st.sandboxes.erase(i);
+    } else {
+      ++i;
+    }
+  }
+  auto pending = std::move(node.pending);
+  node.pending.clear();
+  node.failed_by_loss += pending.size();
+  auto err = make_error(provider_errc::unavailable,
+                        "node " + node.endpoint + " lost (" + why + ")");
+  for (auto& [id, fail] : pending)
+    fail(err);
+  schedule_reconnect(self, idx);
+}
+
+void connect(self_ptr self, size_t idx) {
+  auto& node = self->state.nodes[idx];
+  node.connecting = true;
+  auto gen = node.gen;
+  auto timeout = seconds_span(self->state.settings.connect_timeout_s);
+  auto fail = [=](const std::string& why) {
+    auto& node = self->state.nodes[idx];
+    node.connecting = false;
+    if (node.gen != gen || node.up)
+      return;
+    // The first failure of a streak is a warning, the retries info.
+    if (node.last_error != why)
+      spdlog::warn("node {} not reachable: {}", node.endpoint, why);
+    else
+      spdlog::info("node {} not reachable: {}", node.endpoint, why);
+    node.last_error = why;
+    schedule_reconnect(self, idx);
+  };
+  auto tls = self->state.settings.tls.enabled();
+  auto render = [=](const caf::error& err) {
+    auto text = self->system().render(err);
+    if (tls && err == caf::sec::disconnect_during_handshake)
+      return "TLS handshake refused (is each side's certificate signed by "
+             "the other's CA?): " +
+             text;
+    return text;
+  };
+  auto on_node = [=](node_actor hdl) {
+    self->request(hdl, timeout, node_info_atom::value)
+      .then(
+        [=](uint32_t capacity, uint32_t) {
+          auto& node = self->state.nodes[idx];
+          node.connecting = false;
+          if (node.gen != gen || node.up)
+            return;
+          node.hdl = hdl;
+          node.up = true;
+          node.capacity = capacity;
+          node.in_use = 0;
+          node.backoff = first_backoff;
+          node.last_error.clear();
+          self->monitor(hdl);
+          spdlog::info("node {} up, capacity {}", node.endpoint, capacity);
+          dispatch(self);
+        },
+        [=](caf::error& err) { fail(render(err)); });
+  };
+  if (node.injected) {
+    on_node(node.hdl);
+    return;
+  }
+  self
+    ->request(mm_actor(self), timeout, caf::connect_atom::value, node.host,
+              node.port)
+    .then(
+      [=](caf::node_id&, caf::strong_actor_ptr& ptr,
+          std::set<std::string>& ifs) {
+        if (!ptr) {
+          fail("no actor published there");
+          return;
+        }
+        if (ifs != self->system().message_types<node_actor>()) {
+          fail("the actor published there is not an sv-node");
+          return;
+        }
+        on_node(caf::actor_cast<node_actor>(ptr));
+      },
+      [=](caf::error& err) { fail(render(err)); });
+}
+
+/// Forgets a stopped sandbox and frees its slot.
+void release(self_ptr self, const std::string& id) {
+  auto& st = self->state;
+  auto i = st.sandboxes.find(id);
+  if (i == st.sandboxes.end())
+    return;
+  auto& node = st.nodes[i->second.node];
+  if (node.in_use > 0)
+    --node.in_use;
+  node.lifetimes_ms.push_back(std::chrono::duration<double, std::milli>(
+                                self->clock().now() - i->second.created)
+                                .count());
+  st.sandboxes.erase(i);
+  dispatch(self);
+}
+
+bool retry_elsewhere(const caf::error& err) {
+  return err == caf::sec::request_receiver_down ||
+         provider_error_code(err) ==
+           static_cast<uint8_t>(provider_errc::unavailable);
+}
+
+void place(self_ptr self, sandbox_spec spec,
+           caf::typed_response_promise<sandbox_handle> rp, size_t tries) {
+  auto& st = self->state;
+  node_slot* best = nullptr;
+  size_t idx = 0;
+  for (size_t i = 0; i < st.nodes.size(); ++i) {
+    auto& n = st.nodes[i];
+    if (!n.up || n.in_use >= n.capacity)
+      continue;
+    // Least loaded by the fraction of its capacity in use.
+    if (best == nullptr || uint64_t{n.in_use} * best->capacity <
+                             uint64_t{best->in_use} * n.capacity) {
+      best = &n;
+      idx = i;
+    }
+  }
+  if (best == nullptr) {
+    if (st.queue.size() >= st.settings.max_queue) {
+      rp.deliver(make_error(provider_errc::unavailable,
+                            "overloaded: every node is full and " +
+                              std::to_string(st.settings.max_queue) +
+                              " creates wait already"));
+      return;
+    }
+    st.queue.push_back(queued_create{
+      std::move(spec), rp,
+      self->clock().now() + seconds_span(st.settings.queue_timeout_s), tries});
+    return;
+  }
+  auto& node = *best;
+  ++node.in_use;
+  auto id = ++st.next_call;
+  auto limit = 2 * st.nodes.size();
+  node.pending[id] = [=](const caf::error& err) mutable {
+    if (tries + 1 < limit)
+      place(self, spec, rp, tries + 1);
+    else
+      rp.deliver(err);
+  };
+  self->request(node.hdl, create_timeout, create_atom::value, spec)
+    .then(
+      [=](sandbox_handle& inner) mutable {
+        auto& st = self->state;
+        auto& node = st.nodes[idx];
+        if (node.pending.erase(id) == 0)
+          return; // failed already: the node was lost
+        sandbox_handle out;
+        out.sandbox_id = node.endpoint + "/" + inner.sandbox_id;
+        out.provider_name = "nodes";
+        out.state = node.endpoint;
+        ++node.sandboxes;
+        st.sandboxes[out.sandbox_id] =
+          placed_sandbox{idx, std::move(inner), self->clock().now()};
+        rp.deliver(std::move(out));
+      },
+      [=](caf::error& err) mutable {
+        auto& node = self->state.nodes[idx];
+        if (node.pending.erase(id) == 0)
+          return;
+        if (node.in_use > 0)
+          --node.in_use;
+        ++node.create_failures;
+        if (retry_elsewhere(err) && node.up) {
+          // Draining or full for other fronts: no more creates there until
+          // its next heartbeat says how many it admits.
+          node.capacity = node.in_use;
+        }
+        if (retry_elsewhere(err) && tries + 1 < limit) {
+          spdlog::debug("create on {} failed ({}): placing it elsewhere",
+                        node.endpoint, describe(err));
+          place(self, std::move(spec), rp, tries + 1);
+        } else {
+          rp.deliver(std::move(err));
+        }
+        dispatch(self);
+      });
+}
+
+template <class R, class Atom, class... Ts>
+caf::result<R> forward(self_ptr self, const sandbox_handle& hdl,
+                       caf::timespan timeout, Atom atom, Ts... xs) {
+  constexpr bool is_stop = std::is_same<Atom, stop_atom>::value;
+  auto& st = self->state;
+  auto i = st.sandboxes.find(hdl.sandbox_id);
+  if (i == st.sandboxes.end()) {
+    if (st.lost.count(hdl.sandbox_id) > 0) {
+      if constexpr (is_stop) {
+        // Its node is gone; the node's own reapers remove what is left.
+        st.lost.erase(hdl.sandbox_id);
+        return ok_atom::value;
+      } else {
+        return make_error(provider_errc::unavailable,
+                          "the node of " + hdl.sandbox_id + " was lost");
+      }
+    }
+    return make_error(provider_errc::no_such_sandbox,
+                      "no sandbox " + hdl.sandbox_id + " on any node");
+  }
+  auto idx = i->second.node;
+  auto& node = st.nodes[idx];
+  auto rp = self->make_response_promise<R>();
+  auto id = ++st.next_call;
+  node.pending[id] = [rp](const caf::error& err) mutable { rp.deliver(err); };
+  auto front_id = hdl.sandbox_id;
+  self->request(node.hdl, timeout, atom, i->second.inner, std::move(xs)...)
+    .then(
+      [=](R& r) mutable {
+        if (self->state.nodes[idx].pending.erase(id) == 0)
+          return;
+        if (is_stop)
+          release(self, front_id);
+        rp.deliver(std::move(r));
+      },
+      [=](caf::error& err) mutable {
+        if (self->state.nodes[idx].pending.erase(id) == 0)
+          return;
+        ++self->state.nodes[idx].call_failures;
+        if (is_stop)
+          release(self, front_id);
+        rp.deliver(std::move(err));
+      });
+  return rp;
+}
+
+void tick(self_ptr self) {
+  auto& st = self->state;
+  auto now = self->clock().now();
+  while (!st.queue.empty() && st.queue.front().deadline <= now) {
+    std::string why;
+    for (auto& n : st.nodes)
+      if (!n.up && !n.last_error.empty())
+        why += (why.empty() ? "; " : ", ") + n.endpoint + ": " + n.last_error;
+    st.queue.front().rp.deliver(
+      make_error(provider_errc::unavailable,
+                 "no node with free capacity within " +
+                   format_seconds(st.settings.queue_timeout_s) + why));
+    st.queue.pop_front();
+  }
+  // Our own heartbeat on top of BASP's: a node that stops answering
+  // (SIGSTOP) is lost within a tick and the connect timeout.
+  auto timeout = seconds_span(st.settings.connect_timeout_s);
+  for (size_t idx = 0; idx < st.nodes.size(); ++idx) {
+    auto& node = st.nodes[idx];
+    if (!node.up)
+      continue;
+    auto gen = node.gen;
+    self->request(node.hdl, timeout, node_info_atom::value)
+      .then(
+        [=](uint32_t capacity, uint32_t) {
+          auto& node = self->state.nodes[idx];
+          if (node.gen == gen && node.up && capacity != node.capacity) {
+            node.capacity = capacity;
+            dispatch(self);
+          }
+        },
+        [=](caf::error& err) {
+          auto& node = self->state.nodes[idx];
+          if (node.gen == gen && node.up)
+            lose(self, idx, "missed heartbeat: " + self->system().render(err));
+        });
+  }
+  self->delayed_send(self, tick_interval, tick_atom::value);
+}
+
+double percentile(std::vector<double> xs, double p) {
+  if (xs.empty())
+    return -1;
+  std::sort(xs.begin(), xs.end());
+  auto rank = static_cast<size_t>(p * static_cast<double>(xs.size() - 1) + 0.5);
+  return xs[std::min(rank, xs.size() - 1)];
+}
+
+std::string stats_text(self_ptr self) {
+  json out = json::array();
+  for (auto& n : self->state.nodes)
+    out.push_back(json{{"endpoint", n.endpoint},
+                       {"up", n.up},
+                       {"capacity", n.capacity},
+                       {"sandboxes", n.sandboxes},
+                       {"create_failures", n.create_failures},
+                       {"call_failures", n.call_failures},
+                       {"failed_by_node_loss", n.failed_by_loss},
+                       {"losses", n.losses},
+                       {"sandbox_ms_p50", percentile(n.lifetimes_ms, 0.5)},
+                       {"sandbox_ms_p99", percentile(n.lifetimes_ms, 0.99)}});
+  return out.dump();
+}
+
+caf::behavior nodes_provider(self_ptr self, nodes_settings settings,
+                             std::vector<node_actor> injected) {
+  auto& st = self->state;
+  st.settings = std::move(settings);
+  for (size_t i = 0; i < st.settings.endpoints.size(); ++i) {
+    node_slot n;
+    n.endpoint = st.settings.endpoints[i];
+    split_endpoint(n.endpoint, n.host, n.port);
+    if (i < injected.size()) {
+      n.injected = true;
+      n.hdl = injected[i];
+    }
+    st.nodes.push_back(std::move(n));
+  }
+  self->set_default_handler(log_and_drop_unexpected);
+  self->set_down_handler([=](caf::down_msg& dm) {
+    auto& st = self->state;
+    for (size_t idx = 0; idx < st.nodes.size(); ++idx)
+      if (st.nodes[idx].up && st.nodes[idx].hdl.address() == dm.source)
+        lose(self, idx, "down: " + self->system().render(dm.reason));
+  });
+  for (size_t idx = 0; idx < st.nodes.size(); ++idx)
+    connect(self, idx);
+  self->delayed_send(self, tick_interval, tick_atom::value);
+  return {
+    [=](create_atom, sandbox_spec& spec) -> caf::result<sandbox_handle> {
+      auto rp = self->make_response_promise<sandbox_handle>();
+      place(self, std::move(spec), rp, 0);
+      return rp;
+    },
+    [=](status_atom a, sandbox_handle& hdl) {
+      return forward<sandbox_status>(self, hdl, call_timeout, a);
+    },
+    [=](upload_atom a, sandbox_handle& hdl, std::string& dir, file_map& files) {
+      return forward<ok_atom>(self, hdl, call_timeout, a, std::move(dir),
+                              std::move(files));
+    },
+    [=](exec_atom a, sandbox_handle& hdl, exec_request& req) {
+      auto t = call_timeout + seconds_span(req.timeout_s);
+      return forward<exec_result>(self, hdl, t, a, std::move(req));
+    },
+    [=](download_atom a, sandbox_handle& hdl, std::string& path) {
+      return forward<std::string>(self, hdl, call_timeout, a, std::move(path));
+    },
+    [=](stop_atom a, sandbox_handle& hdl) {
+      return forward<ok_atom>(self, hdl, call_timeout, a);
+    },
+    [=](reconnect_atom, size_t idx, uint64_t gen) {
+      auto& node = self->state.nodes[idx];
+      if (node.gen == gen && !node.up && !node.connecting)
+        connect(self, idx);
+    },
+    [=](tick_atom) { tick(self); },
+    [=](nodes_stats_atom) { return stats_text(self); },
+  };
+}
+
+class nodes_backend : public provider_backend {
+public:
+  explicit nodes_backend(const json& settings)
+      : settings_(parse_nodes_settings(settings)) {
+    // nop
+  }
+
+  provider_actor spawn(caf::actor_system& sys) const override {
+    return caf::actor_cast<provider_actor>(
+      sys.spawn(nodes_provider, settings_, std::vector<node_actor>{}));
+  }
+
+  void shut_down() override {
+    // the nodes stop what a lost front created
+  }
+
+private:
+  nodes_settings settings_;
+};
+
+} // namespace
+
+nodes_settings parse_nodes_settings(const json& j) {
+  if (!j.is_object())
+    throw json_error("", "expected an object");
+  nodes_settings out;
+  for (auto& item : j.items()) {
+    auto& k = item.key();
+    auto& v = item.value();
+    if (k == "endpoints") {
+      if (!v.is_array() || v.empty())
+        throw json_error(k, "expected a non-empty array of \"HOST:PORT\"");
+      for (auto& e : v) {
+        std::string host;
+        uint16_t port = 0;
+        if (!e.is_string() || !split_endpoint(e.get<std::string>(), host, port))
+          throw json_error(k, "expected \"HOST:PORT\", got " + e.dump());
+        out.endpoints.push_back(e.get<std::string>());
+      }
+    } else if (k == "tls") {
+      if (!v.is_object())
+        throw json_error(k, "expected {\"cert\", \"key\", \"ca\"}");
+      for (auto& t : v.items()) {
+        if (!t.value().is_string())
+          throw json_error(k + "." + t.key(), "expected a file name");
+        auto s = t.value().get<std::string>();
+        if (t.key() == "cert")
+          out.tls.cert = s;
+        else if (t.key() == "key")
+          out.tls.key = s;
+        else if (t.key() == "ca")
+          out.tls.ca = s;
+        else
+          throw json_error(k + "." + t.key(),
+                           "unknown key (known: cert, key, ca)");
+      }
+      if (out.tls.cert.empty() || out.tls.key.empty() || out.tls.ca.empty())
+        throw json_error(k, "needs cert, key and ca");
+    } else if (k == "connect_timeout_s" || k == "queue_timeout_s") {
+      if (!v.is_number() || v.get<double>() <= 0)
+        throw json_error(k, "expected a positive number of seconds");
+      (k == "connect_timeout_s" ? out.connect_timeout_s : out.queue_timeout_s) =
+        v.get<double>();
+    } else if (k == "max_queue") {
+      if (!v.is_number_unsigned() || v.get<uint64_t>() == 0)
+        throw json_error(k, "expected a positive integer");
+      out.max_queue = v.get<size_t>();
+    } else if (k == "retry_infra") {
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 ||
+          v.get<int64_t>() > 10)
+        throw json_error(k, "expected an integer 0..10");
+      out.retry_infra = v.get<int>();
+    } else {
+      throw json_error(k, "unknown setting (known: endpoints, tls, "
+                          "connect_timeout_s, queue_timeout_s, max_queue, "
+                          "retry_infra)");
+    }
+  }
+  if (out.endpoints.empty())
+    throw json_error("endpoints", "missing: the nodes to grade on");
+  return out;
+}
+
+std::shared_ptr<provider_backend> make_nodes_backend(const json& settings) {
+  return std::make_shared<nodes_backend>(settings);
+}
+
+provider_actor spawn_nodes_provider(caf::actor_system& sys,
+                                    nodes_settings settings,
+                                    std::vector<node_actor> nodes) {
+  return caf::actor_cast<provider_actor>(
+    sys.spawn(nodes_provider, std::move(settings), std::move(nodes)));
+}
+
+void configure_front(caf::actor_system_config& cfg,
+                     const nodes_settings& settings) {
+  configure_middleman(cfg, settings.tls);
+}
+
+json nodes_stats(caf::actor_system& sys, const provider_actor& provider) {
+  json out = json::array();
+  caf::scoped_actor self{sys};
+  self
+    ->request(caf::actor_cast<caf::actor>(provider), std::chrono::seconds{5},
+              nodes_stats_atom::value)
+    .receive(
+      [&](std::string& text) {
+        out = json::parse(text, nullptr, false);
+        if (out.is_discarded())
+          out = json::array();
+      },
+      [&](caf::error&) {});
+  return out;
+}
+
+size_t nodes_total_capacity(caf::actor_system& sys,
+                            const nodes_settings& settings) {
+  auto timeout = seconds_span(settings.connect_timeout_s);
+  auto mm = settings.tls.enabled() ? sys.openssl_manager().actor_handle()
+                                   : sys.middleman().actor_handle();
+  caf::scoped_actor self{sys};
+  size_t total = 0;
+  for (auto& ep : settings.endpoints) {
+    std::string host;
+    uint16_t port = 0;
+    if (!split_endpoint(ep, host, port))
+      continue;
+    caf::strong_actor_ptr ptr;
+    self->request(mm, timeout, caf::connect_atom::value, host, port)
+      .receive([&](caf::node_id&, caf::strong_actor_ptr& p,
+                   std::set<std::string>&) { ptr = std::move(p); },
+               [&](caf::error& err) {
+                 spdlog::warn("node {} not reachable: {}", ep, sys.render(err));
+               });
+    if (!ptr)
+      continue;
+    auto hdl = caf::actor_cast<node_actor>(ptr);
+    self->request(hdl, timeout, node_info_atom::value)
+      .receive([&](uint32_t capacity, uint32_t) { total += capacity; },
+               [&](caf::error&) {});
+  }
+  return total;
+}
+
+} // namespace sv

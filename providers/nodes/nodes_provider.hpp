@@ -1,0 +1,71 @@
+#pragma once
+
+// The `nodes` provider: one provider actor to the supervisor that spreads
+// sandboxes over sv-node processes (CAF middleman), pins each sandbox to its
+// node and fails everything in flight on a node at once when it is lost.
+
+#include "messages/protocol.hpp"
+#include "providers/nodes/middleman_setup.hpp"
+#include "providers/nodes/node_protocol.hpp"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace caf {
+class actor_system;
+class actor_system_config;
+} // namespace caf
+
+namespace sv {
+
+class provider_backend;
+
+struct nodes_settings {
+  /// "HOST:PORT" of every node.
+  std::vector<std::string> endpoints;
+  tls_files tls;
+  /// Seconds a connection attempt (and a heartbeat) may take.
+  double connect_timeout_s = 3;
+  /// Seconds a create waits for a node with free capacity.
+  double queue_timeout_s = 30;
+  /// Creates waiting at most; beyond, `unavailable` at once.
+  size_t max_queue = 100000;
+  /// Accepted for the block shape; retries after exec are not done.
+  int retry_infra = 1;
+};
+
+/// Parses the settings of a `nodes` block. Throws json_error.
+nodes_settings parse_nodes_settings(const json& settings);
+
+/// The backend of a `nodes` block (providers/factory.cpp).
+std::shared_ptr<provider_backend> make_nodes_backend(const json& settings);
+
+/// A nodes provider on given node handles (`nodes[i]` is
+/// `settings.endpoints[i]`, which only names it): no middleman; a lost
+/// node is asked again for its capacity with backoff. For message-level
+/// tests.
+provider_actor spawn_nodes_provider(caf::actor_system& sys,
+                                    nodes_settings settings,
+                                    std::vector<node_actor> nodes);
+
+/// Loads the middleman (and TLS) a front of `settings` needs.
+void configure_front(caf::actor_system_config& cfg,
+                     const nodes_settings& settings);
+
+/// The untyped question a nodes provider answers with its per-node table
+/// (a JSON array as text).
+using nodes_stats_atom = caf::atom_constant<caf::atom("nstats")>;
+
+/// The per-node table of a nodes provider: endpoint, up, capacity,
+/// sandboxes, create_failures, call_failures, failed_by_node_loss, losses,
+/// sandbox_ms_p50/p99 (create to stop). Blocks up to 5 s (main thread).
+json nodes_stats(caf::actor_system& sys, const provider_actor& provider);
+
+/// Asks every reachable node its capacity (blocking, bounded by the connect
+/// timeout; call on the main thread) and returns their sum (0: none).
+size_t nodes_total_capacity(caf::actor_system& sys,
+                            const nodes_settings& settings);
+
+} // namespace sv

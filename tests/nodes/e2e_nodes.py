@@ -1,0 +1,347 @@
+#!/usr/bin/env python3
+"""Distributed grading on loopback: three sv-node processes (local provider,
+isolation none) and sv-grade on a `nodes` block as the front.
+
+- a batch spreads over all three nodes;
+- kill -9 of one node mid-batch: every line gets exactly one reply, the lost
+  ones are provider_unavailable/node_down (or succeed elsewhere), none is
+  verifier_error, the batch finishes, the survivors have nothing left;
+- a node restarted on its port is used again;
+- a SIGSTOP'd node is noticed (heartbeat) and the batch still finishes;
+- TLS with a CA made here by the openssl CLI; a node with a certificate of
+  another CA is refused.
+
+Usage: e2e_nodes.py SV_NODE SV_GRADE PYTHON [case]
+Every wait is bounded; every process is killed at the end.
+"""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+SKIP = 77
+RUNNER = """import sys, time
+time.sleep({sleep})
+open(sys.argv[2], "w").write('{{"reward": 1.0}}')
+"""
+
+
+class Cluster:
+    def __init__(self, sv_node, sv_grade, python, tmp):
+        self.sv_node, self.sv_grade, self.python = sv_node, sv_grade, python
+        self.tmp = tmp
+        self.procs = []
+
+    def path(self, name):
+        return os.path.join(self.tmp, name)
+
+    def start_node(self, name, port=0, capacity=4, tls=None):
+        config = self.path(f"{name}.json")
+        root = self.path(f"root-{name}")
+        with open(config, "w") as f:
+            json.dump({"local": {"root": root, "isolation": "none"}}, f)
+        cmd = [self.sv_node, "--listen", f"127.0.0.1:{port}",
+               "--provider-config", config, "--capacity", str(capacity),
+               "--log-level", "info"]
+        if tls:
+            cmd += ["--tls-cert", tls[0], "--tls-key", tls[1],
+                    "--tls-ca", tls[2]]
+        log = open(self.path(f"{name}.log"), "a")
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log,
+                                text=True)
+        self.procs.append(proc)
+        deadline = time.monotonic() + 20
+        line = ""
+        os.set_blocking(proc.stdout.fileno(), False)
+        while time.monotonic() < deadline:
+            chunk = proc.stdout.readline()
+            if chunk:
+                line = chunk.strip()
+                break
+            if proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        check(line.startswith("listening on 127.0.0.1:"),
+              f"{name}: no 'listening on' line: {line!r} "
+              f"(log: {open(self.path(name + '.log')).read()[-2000:]})")
+        proc.endpoint = line.split()[-1]
+        proc.root = root
+        return proc
+
+    def grade(self, endpoints, n, sleep, tls=None, extra=(), settings=None):
+        block = {"nodes": {"endpoints": endpoints, **(settings or {})}}
+        if tls:
+            block["nodes"]["tls"] = {"cert": tls[0], "key": tls[1],
+                                     "ca": tls[2]}
+        config = self.path("front.json")
+        with open(config, "w") as f:
+            json.dump(block, f)
+        runner = RUNNER.format(sleep=sleep)
+        lines = "".join(json.dumps(
+            {"id": f"j{i}", "files": {"sandbox_runner.py": runner},
+             "request": {}, "exec_timeout_s": 30,
+             "config": {"python": self.python}}) + "\n"
+            for i in range(1, n + 1))
+        summary = self.path("summary.json")
+        batch = self.path("batch.jsonl")
+        with open(batch, "w") as f:
+            f.write(lines)
+        proc = subprocess.Popen(
+            [self.sv_grade, "--input", batch, "--output", "-",
+             "--provider-config", config, "--summary-json", summary,
+             "--log-level", "info", *extra],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True)
+        return proc
+
+    def close(self):
+        for p in self.procs:
+            if p.poll() is None:
+                try:
+                    os.kill(p.pid, signal.SIGCONT)
+                except OSError:
+                    pass
+                p.kill()
+            p.wait(timeout=10)
+
+
+def check(cond, what):
+    if not cond:
+        raise AssertionError(what)
+
+
+def finish(proc, timeout=90):
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate(timeout=10)
+        raise AssertionError(f"sv-grade did not finish within {timeout} s")
+    outcomes = [json.loads(l) for l in out.splitlines()]
+    return proc.returncode, outcomes, err
+
+
+def used(c, endpoint):
+    """Whether the last batch's summary shows sandboxes on `endpoint`."""
+    if os.environ.get("SV_NODES_NO_SUMMARY"):
+        return True
+    s = json.load(open(c.path("summary.json")))
+    per_node = {n["endpoint"]: n for n in s.get("nodes", [])}
+    return per_node.get(endpoint, {}).get("sandboxes", 0) > 0
+
+
+def leftovers(root):
+    if not os.path.isdir(root):
+        return []
+    return [e for e in os.listdir(root) if not e.startswith(".")]
+
+
+def wait_until(pred, timeout):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(0.05)
+    return pred()
+
+
+def one_reply_each(outcomes, n):
+    ids = sorted(o["id"] for o in outcomes)
+    check(ids == sorted(f"j{i}" for i in range(1, n + 1)),
+          f"not exactly one reply per line: {ids}")
+
+
+def case_spread_and_kill(c):
+    nodes = [c.start_node(f"n{i}") for i in range(3)]
+    eps = [p.endpoint for p in nodes]
+    # Spread: 12 lines of 0.5 s on 3 x 4 slots.
+    rc, out, err = finish(c.grade(eps, 12, 0.5))
+    check(rc == 0, f"spread: exit {rc}: {err[-3000:]}")
+    one_reply_each(out, 12)
+    check(all(o["ok"] for o in out), f"spread: failures: {out}")
+    for ep in eps:
+        check(used(c, ep), f"node {ep} got no work")
+    # kill -9 of one node mid-batch.
+    proc = c.grade(eps, 24, 1.5)
+    check(wait_until(lambda: leftovers(nodes[1].root), 20),
+          "kill: nothing started on the node")
+    nodes[1].kill()
+    nodes[1].wait(timeout=10)
+    rc, out, err = finish(proc)
+    check(rc == 0, f"kill: exit {rc}: {err[-3000:]}")
+    one_reply_each(out, 24)
+    lost = [o for o in out if not o["ok"]]
+    for o in lost:
+        f = o["failure"]
+        check(f["failure_kind"] == "provider_unavailable"
+              and f["cause"] == "node_down", f"kill: unexpected failure {o}")
+    check(len(lost) >= 1, "kill: nothing was lost on the killed node")
+    check(sum(o["ok"] for o in out) >= 24 - 4, f"kill: too many lost {lost}")
+    for p in (nodes[0], nodes[2]):
+        check(wait_until(lambda: not leftovers(p.root), 10),
+              f"survivor {p.endpoint} has sandboxes left: "
+              f"{leftovers(p.root)}")
+    # The killed node comes back on its port and is used again.
+    port = int(eps[1].rsplit(":", 1)[1])
+    back = c.start_node("n1", port=port)
+    check(back.endpoint == eps[1], "restarted on another port")
+    rc, out, err = finish(c.grade(eps, 12, 0.5))
+    check(rc == 0, f"restart: exit {rc}: {err[-3000:]}")
+    one_reply_each(out, 12)
+    check(all(o["ok"] for o in out), f"restart: failures {out}")
+    check(used(c, eps[1]), f"restarted node {eps[1]} unused")
+
+
+def case_sigstop(c):
+    nodes = [c.start_node(f"s{i}") for i in range(3)]
+    eps = [p.endpoint for p in nodes]
+    proc = c.grade(eps, 12, 3)
+    check(wait_until(lambda: leftovers(nodes[2].root), 20),
+          "sigstop: nothing started on the node")
+    os.kill(nodes[2].pid, signal.SIGSTOP)
+    t0 = time.monotonic()
+    rc, out, err = finish(proc)
+    took = time.monotonic() - t0
+    os.kill(nodes[2].pid, signal.SIGCONT)
+    check(rc == 0, f"sigstop: exit {rc}: {err[-3000:]}")
+    one_reply_each(out, 12)
+    lost = [o for o in out if not o["ok"]]
+    check(len(lost) >= 1, "sigstop: nothing lost on the stopped node")
+    for o in lost:
+        f = o["failure"]
+        check(f["failure_kind"] == "provider_unavailable"
+              and f["cause"] == "node_down", f"sigstop: {o}")
+        check(o["timings_ms"]["total"] < 1000 * (3 + 5 + 1),
+              f"sigstop: noticed too late: {o['timings_ms']}")
+    check(took < 20, f"sigstop: batch took {took:.1f} s")
+
+
+def case_front_lost_and_drain(c):
+    nodes = [c.start_node(f"f{i}") for i in range(2)]
+    eps = [p.endpoint for p in nodes]
+    # kill -9 of the front: the nodes stop every sandbox it created.
+    proc = c.grade(eps, 8, 30)
+    check(wait_until(lambda: all(leftovers(p.root) for p in nodes), 15),
+          "front_lost: the batch did not start on both nodes")
+    proc.kill()
+    proc.communicate(timeout=10)
+    for p in nodes:
+        check(wait_until(lambda: not leftovers(p.root), 10),
+              f"front_lost: {p.endpoint} kept {leftovers(p.root)}")
+    # SIGTERM drains a node: what runs on it finishes (ok), it exits 0,
+    # later creates go to the other node.
+    proc = c.grade(eps, 16, 1.5)
+    check(wait_until(lambda: leftovers(nodes[0].root), 15),
+          "drain: nothing started on the node")
+    nodes[0].send_signal(signal.SIGTERM)
+    rc, out, err = finish(proc)
+    check(rc == 0, f"drain: exit {rc}: {err[-3000:]}")
+    one_reply_each(out, 16)
+    check(all(o["ok"] for o in out), f"drain: failures {out}")
+    check(nodes[0].wait(timeout=30) == 0, "drain: node exit status")
+    check(not leftovers(nodes[0].root), "drain: sandboxes left")
+
+
+def case_usage(c):
+    def node(*args):
+        return subprocess.run([c.sv_node, *args], capture_output=True,
+                              text=True, timeout=30)
+    p = node("--help")
+    check(p.returncode == 0 and "--listen" in p.stdout
+          and "listening on" in p.stdout, f"--help: {p.returncode}")
+    p = node()
+    check(p.returncode == 2 and "--listen" in p.stderr, f"no args: {p}")
+    p = node("--listen", "10.0.0.1:0")
+    check(p.returncode == 2 and "--insecure" in p.stderr, f"non-loopback: {p}")
+    p = node("--listen", "127.0.0.1:x")
+    check(p.returncode == 2 and "bad port" in p.stderr, f"bad port: {p}")
+    p = node("--listen", "127.0.0.1:0", "--tls-cert", "a.pem")
+    check(p.returncode == 2, f"cert without key: {p}")
+    bad = c.path("bad.json")
+    with open(bad, "w") as f:
+        f.write('{"nodes": {"endpoints": ["127.0.0.1:1"]}}')
+    p = node("--listen", "127.0.0.1:0", "--provider-config", bad)
+    check(p.returncode == 2 and "cannot serve a nodes block" in p.stderr,
+          f"nodes block on a node: {p}")
+    first = c.start_node("u0")
+    # Its own sandbox root: never the shared default one.
+    p = node("--listen", first.endpoint, "--provider-config",
+             c.path("u0.json"))
+    check(p.returncode == 1 and "cannot listen" in p.stderr,
+          f"port in use: {p}")
+
+
+def make_ca(c, name):
+    d = c.path(name)
+    os.makedirs(d)
+
+    def run(*args):
+        subprocess.run(["openssl", *args], check=True, capture_output=True,
+                       timeout=30, cwd=d)
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+        "-subj", f"/CN={name}-ca", "-keyout", "ca.key", "-out", "ca.pem")
+    certs = {}
+    for who in ("node", "front"):
+        run("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={who}",
+            "-keyout", f"{who}.key", "-out", f"{who}.csr")
+        run("x509", "-req", "-in", f"{who}.csr", "-CA", "ca.pem", "-CAkey",
+            "ca.key", "-CAcreateserial", "-days", "2", "-out", f"{who}.pem")
+        certs[who] = (os.path.join(d, f"{who}.pem"),
+                      os.path.join(d, f"{who}.key"),
+                      os.path.join(d, "ca.pem"))
+    return certs
+
+
+def case_tls(c):
+    if shutil.which("openssl") is None:
+        print("openssl CLI missing: skipped")
+        sys.exit(SKIP)
+    good, other = make_ca(c, "good"), make_ca(c, "other")
+    node = c.start_node("t0", tls=good["node"])
+    rc, out, err = finish(c.grade([node.endpoint], 4, 0.2,
+                                  tls=good["front"]))
+    check(rc == 0, f"tls: exit {rc}: {err[-3000:]}")
+    one_reply_each(out, 4)
+    check(all(o["ok"] for o in out), f"tls: failures {out}")
+    # A node whose certificate another CA signed is refused.
+    bad = c.start_node("t1", tls=other["node"])
+    proc = c.grade([bad.endpoint], 2, 0.2, tls=good["front"],
+                   extra=["--concurrency", "2"],
+                   settings={"queue_timeout_s": 2})
+    rc, out, err = finish(proc, timeout=90)
+    one_reply_each(out, 2)
+    check(not any(o["ok"] for o in out), f"tls: wrong cert accepted {out}")
+    check("TLS handshake refused" in err,
+          f"tls: no clear message: {err[-2000:]}")
+
+
+CASES = {"spread_and_kill": case_spread_and_kill, "sigstop": case_sigstop,
+         "front_lost_and_drain": case_front_lost_and_drain, "tls": case_tls,
+         "usage": case_usage}
+
+
+def main():
+    if len(sys.argv) < 4:
+        sys.exit(f"usage: {sys.argv[0]} SV_NODE SV_GRADE PYTHON [case]")
+    names = sys.argv[4:] or list(CASES)
+    with tempfile.TemporaryDirectory(prefix="sv-nodes-test-",
+                                     ignore_cleanup_errors=True) as tmp:
+        c = Cluster(*sys.argv[1:4], tmp)
+        try:
+            for name in names:
+                print(f"case {name}", flush=True)
+                CASES[name](c)
+                c.close()
+                c.procs = []
+        finally:
+            c.close()
+    print("ok")
+
+
+if __name__ == "__main__":
+    main()
