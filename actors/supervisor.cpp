@@ -427,6 +427,25 @@ caf::result<verification_outcome> admit(self_ptr self,
   return rp;
 }
 
+/// Cancels every submission with `id` (a client that went away).
+void cancel(self_ptr self, const std::string& id) {
+  auto& st = self->state;
+  for (auto i = st.queue.begin(); i != st.queue.end();) {
+    if (i->req.id != id) {
+      ++i;
+      continue;
+    }
+    deliver(self, i->promise,
+            rejection(id, failure_kind::provider_unavailable,
+                      verification_state::queue, failure_cause::killed,
+                      "cancelled before it started"));
+    i = st.queue.erase(i);
+  }
+  for (auto& [addr, entry] : st.running)
+    if (entry.id == id)
+      caf::anon_send_exit(addr, caf::exit_reason::user_shutdown);
+}
+
 // -- reports of verifications -------------------------------------------------
 
 running_verification* entry_of(self_ptr self) {
@@ -518,6 +537,7 @@ supervisor(self_ptr self, provider_actor provider, supervisor_config cfg) {
   self->set_down_handler([=](caf::down_msg& dm) { on_down(self, dm); });
   return {
     [=](verify_atom, verification_request& req) { return admit(self, req); },
+    [=](cancel_atom, const std::string& id) { cancel(self, id); },
     [=](stats_atom) {
       auto& st = self->state;
       auto stats = st.stats;
