@@ -70,6 +70,8 @@ struct running_verification {
   sandbox_handle handle;
   /// What the actor's exception handler reported, if it threw.
   std::string crash;
+  /// Stopped by a `cancel` (its client went away), not crashed.
+  bool cancelled = false;
 };
 
 struct queued_submission {
@@ -355,6 +357,19 @@ void schedule_restart(self_ptr self) {
 void on_verification_down(self_ptr self, running_verification& entry,
                           const caf::error& reason) {
   auto& st = self->state;
+  if (entry.cancelled) {
+    spdlog::info("verification {} cancelled in {}", entry.id,
+                 to_string(entry.phase));
+    auto created = !entry.handle.sandbox_id.empty();
+    leave_create_phase(self, entry);
+    deliver(self, entry.promise,
+            rejection(entry.id, failure_kind::provider_unavailable, entry.phase,
+                      failure_cause::killed, "cancelled"));
+    if (created)
+      adopt(self, orphan_sandbox{entry.handle, caf::actor_addr{},
+                                 entry.stop_timeout_s});
+    return;
+  }
   ++st.stats.crashed;
   auto what = !entry.crash.empty() ? entry.crash
               : reason             ? self->system().render(reason)
@@ -442,8 +457,10 @@ void cancel(self_ptr self, const std::string& id) {
     i = st.queue.erase(i);
   }
   for (auto& [addr, entry] : st.running)
-    if (entry.id == id)
+    if (entry.id == id && !entry.cancelled) {
+      entry.cancelled = true;
       caf::anon_send_exit(addr, caf::exit_reason::user_shutdown);
+    }
 }
 
 // -- reports of verifications -------------------------------------------------

@@ -2,6 +2,7 @@
 
 #include "messages/enums.hpp"
 
+#include <algorithm>
 #include <sstream>
 
 namespace sv::serve {
@@ -49,6 +50,12 @@ void metrics::finished(const verification_outcome& out) {
   total_.observe(t.total / 1000);
 }
 
+void metrics::cancelled(uint64_t n) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  in_flight_ -= std::min(in_flight_, n);
+  cancelled_ += n;
+}
+
 namespace {
 
 template <class Histogram>
@@ -91,6 +98,8 @@ metrics::render(const std::optional<supervisor_stats>& stats) const {
   render_histogram(out, "sv_verification_seconds", "", total_);
   gauge(out, "sv_in_flight", "gauge", "Verifications sv-serve is waiting for.",
         in_flight_);
+  gauge(out, "sv_cancelled_total", "counter",
+        "Verifications cancelled because their client went away.", cancelled_);
   if (stats) {
     auto& s = *stats;
     gauge(out, "sv_queue_depth", "gauge",

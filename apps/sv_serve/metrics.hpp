@@ -24,6 +24,8 @@ public:
   /// A verification is handed to the supervisor / has its outcome.
   void started();
   void finished(const verification_outcome& out);
+  /// `n` verifications were cancelled (their client went away).
+  void cancelled(uint64_t n);
 
   /// The text of GET /metrics; `stats` from the supervisor when it answered.
   std::string render(const std::optional<supervisor_stats>& stats) const;
@@ -42,6 +44,7 @@ private:
   std::map<std::string, histogram> states_;       // by state name
   histogram total_;
   uint64_t in_flight_ = 0;
+  uint64_t cancelled_ = 0;
 };
 
 } // namespace sv::serve

@@ -375,6 +375,7 @@ private:
       spdlog::info("a client went away: cancelling its {} verifications",
                    outstanding_);
       cancel_client(client_);
+      st_->ctx.counters->cancelled(outstanding_);
       client_ = nullptr;
       outstanding_ = 0;
       --st_->busy;
