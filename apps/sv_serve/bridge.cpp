@@ -1,7 +1,7 @@
 #include "apps/sv_serve/bridge.hpp"
 
 #include "actors/quiet.hpp"
-#include "apps/sv_grade/batch_line.hpp"
+#include "messages/batch_format.hpp"
 #include "messages/errors.hpp"
 
 #include <atomic>
@@ -41,7 +41,7 @@ struct client_state {
 using client_ptr = caf::stateful_actor<client_state>*;
 
 verification_outcome lost_reply(std::string id, const caf::error& err) {
-  return grade::make_failed_outcome(
+  return make_failed_outcome(
     std::move(id), failure_kind::provider_unavailable,
     verification_state::queue,
     err == caf::sec::request_timeout ? failure_cause::timeout
@@ -57,7 +57,7 @@ caf::behavior client(client_ptr self, supervisor_actor supervisor,
       auto server_id = "sv-serve/" + std::to_string(next_id++);
       self->state.outstanding.emplace(server_id,
                                       client_state::pending{tag, req.id});
-      auto timeout = grade::reply_timeout(req);
+      auto timeout = reply_timeout(req);
       req.id = server_id;
       auto finish = [self, done, server_id](verification_outcome out) {
         auto& pending = self->state.outstanding;

@@ -5,10 +5,10 @@
 
 #include "actors/scheduler.hpp"
 #include "actors/supervisor.hpp"
-#include "apps/sv_grade/batch_line.hpp"
 #include "apps/sv_serve/metrics.hpp"
 #include "apps/sv_serve/server.hpp"
 #include "apps/sv_serve/tokens.hpp"
+#include "messages/batch_format.hpp"
 #include "messages/bounded_json.hpp"
 #include "messages/json.hpp"
 #include "messages/registry.hpp"
@@ -258,7 +258,7 @@ int run(const cli_options& opts) {
   limits.max_depth = opts.max_json_depth;
   scfg.parser = [limits](const std::string& text, json& result,
                          std::string& error) {
-    return grade::parse_result_text(text, result, error, limits);
+    return parse_result_text(text, result, error, limits);
   };
   scfg.restart_provider = [backend, providers](caf::actor_system& sys) {
     auto p = backend->spawn(sys);

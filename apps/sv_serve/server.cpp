@@ -1,7 +1,7 @@
 #include "apps/sv_serve/server.hpp"
 
-#include "apps/sv_grade/batch_line.hpp"
 #include "apps/sv_serve/bridge.hpp"
+#include "messages/batch_format.hpp"
 
 #include <atomic>
 #include <boost/asio/dispatch.hpp>
@@ -260,12 +260,11 @@ private:
   }
 
   void verify_one() {
-    auto parsed =
-      grade::parse_batch_line(parser_->get().body(), 1, {}, limits());
+    auto parsed = parse_batch_line(parser_->get().body(), 1, {}, limits());
     parser_->get().body().clear();
     if (!parsed.ok)
       return respond(http::status::bad_request,
-                     grade::render_output_line(parsed.rejected) + "\n");
+                     render_output_line(parsed.rejected) + "\n");
     batch_ = false;
     start_client();
     submit_line(1, std::move(parsed.request));
@@ -286,11 +285,11 @@ private:
       if (!text.empty() && text.back() == '\r')
         text.remove_suffix(1);
       pos = end + 1;
-      auto parsed = grade::parse_batch_line(text, ++line_no, {}, lim);
+      auto parsed = parse_batch_line(text, ++line_no, {}, lim);
       if (parsed.ok)
         valid.emplace_back(line_no, std::move(parsed.request));
       else
-        chunks_.push_back(grade::render_output_line(parsed.rejected) + "\n");
+        chunks_.push_back(render_output_line(parsed.rejected) + "\n");
     }
     auto res = std::make_shared<http::response<http::empty_body>>(
       http::status::ok, parser_->get().version());
@@ -315,7 +314,7 @@ private:
     if (gone_ || outstanding_ == 0)
       return;
     st_->ctx.counters->finished(out);
-    grade::batch_entry entry;
+    batch_entry entry;
     entry.line = line;
     entry.outcome = std::move(out);
     auto status = status_of(entry.outcome);
@@ -325,10 +324,10 @@ private:
       std::vector<std::pair<http::field, std::string>> extra;
       if (status == http::status::too_many_requests)
         extra.emplace_back(http::field::retry_after, "1");
-      return respond(status, grade::render_output_line(entry) + "\n",
+      return respond(status, render_output_line(entry) + "\n",
                      "application/json", extra);
     }
-    chunks_.push_back(grade::render_output_line(entry) + "\n");
+    chunks_.push_back(render_output_line(entry) + "\n");
     pump();
   }
 
