@@ -350,6 +350,76 @@ def scripted_drain(binary, tmp):
     print("ok: SIGTERM drains")
 
 
+def closed_within(sock, seconds):
+    """Whether the server closes `sock` within `seconds` (reads discarded)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        sock.settimeout(max(0.01, deadline - time.monotonic()))
+        try:
+            if sock.recv(65536) == b"":
+                return True
+        except socket.timeout:
+            return False
+        except ConnectionResetError:
+            return True
+    return False
+
+
+def scripted_limits(binary, tmp):
+    """429 with Retry-After when the queue is full; slow clients timed out;
+    requests that are not HTTP get 400 and the server goes on."""
+    config = os.path.join(tmp, "limits.json")
+    with open(config, "w") as f:
+        json.dump({"scripted": {"steps": {
+            "exec": [{"fault": "delay", "delay_ms": 1500}]}}}, f)
+    s = Server(binary, tmp, ["--provider-config", config,
+                             "--concurrency", "1", "--max-queue", "0",
+                             "--header-timeout-s", "0.5",
+                             "--body-timeout-s", "0.5"], "limits")
+    try:
+        result = {}
+        t = threading.Thread(target=lambda: result.update(
+            r=post(s, "/v1/verify", submission("slow"))))
+        t.start()
+        wait_until("the slow one in flight",
+                   lambda: s.metrics().get("sv_supervisor_in_flight") == 1,
+                   server=s)
+        status, headers, body = post(s, "/v1/verify", submission("more"))
+        check(status == 429 and headers.get("Retry-After") == "1"
+              and json.loads(body)["failure"]["cause"] == "overloaded",
+              f"429: {status} {headers} {body}", s)
+        t.join(TIMEOUT)
+        check(result["r"][0] == 200, f"the slow one: {result}", s)
+
+        t0 = time.monotonic()
+        header_only = socket.create_connection(("127.0.0.1", s.port), TIMEOUT)
+        header_only.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        body_short = socket.create_connection(("127.0.0.1", s.port), TIMEOUT)
+        body_short.sendall(b"POST /v1/verify HTTP/1.1\r\nHost: x\r\n"
+                           b"Content-Length: 100\r\n\r\n{\"id\"")
+        check(closed_within(header_only, 5) and closed_within(body_short, 5)
+              and time.monotonic() - t0 < 5, "slow clients not timed out", s)
+        header_only.close()
+        body_short.close()
+
+        for junk in (b"HELLO\r\n\r\n", b"GET / HTTP/9.9\r\n\r\n",
+                     b"\x00\xff" * 50 + b"\r\n\r\n",
+                     b"POST /v1/verify HTTP/1.1\r\nContent-Length: -1\r\n\r\n"):
+            sock = socket.create_connection(("127.0.0.1", s.port), TIMEOUT)
+            sock.sendall(junk)
+            sock.settimeout(TIMEOUT)
+            reply = sock.recv(65536)
+            sock.close()
+            check(reply.startswith(b"HTTP/1.1 400"), f"{junk!r}: {reply!r}", s)
+        status, _, _ = s.request("GET", "/healthz")
+        check(status == 200, "alive after junk", s)
+        check(s.stop() == 0, "exit status", s)
+    finally:
+        if s.proc.poll() is None:
+            s.stop()
+    print("ok: 429 Retry-After, slowloris timed out, junk is 400")
+
+
 # -- local --------------------------------------------------------------------
 
 def local_humaneval(binary, tmp, make_jobs, python):
@@ -394,6 +464,7 @@ def main():
             scripted_disconnect_cancels(binary, tmp)
             scripted_tokens(binary, tmp)
             scripted_drain(binary, tmp)
+            scripted_limits(binary, tmp)
         elif mode == "local":
             local_humaneval(binary, tmp, make_jobs, python)
         else:
