@@ -76,7 +76,7 @@ bool allowed(route r, http::verb v) {
 }
 
 const char* allow_of(route r) {
-  return r == route::verify || r == route::verify_batch ? "POST" : "GET, HEAD";
+  return r == route::verify || r == route::verify_batch ? "POST" : "GET";
 }
 
 bool needs_token(route r) {
