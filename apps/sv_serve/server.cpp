@@ -103,6 +103,8 @@ public:
   session(tcp::socket&& socket, std::shared_ptr<shared_state> st)
       : stream_(std::move(socket)), st_(std::move(st)) {}
 
+  ~session() { release(); }
+
   void run() {
     net::dispatch(
       stream_.get_executor(),
@@ -250,6 +252,7 @@ private:
                                });
                    });
     ++st_->busy;
+    holding_busy_ = true;
     watch_peer();
   }
 
@@ -336,6 +339,14 @@ private:
     if (client_) {
       end_client(client_);
       client_ = nullptr;
+    }
+  }
+
+  /// The request's answer is written (or its client is gone): a drain need
+  /// not wait for it any more.
+  void release() {
+    if (holding_busy_) {
+      holding_busy_ = false;
       --st_->busy;
     }
   }
@@ -377,9 +388,9 @@ private:
       st_->ctx.counters->cancelled(outstanding_);
       client_ = nullptr;
       outstanding_ = 0;
-      --st_->busy;
     }
     end_work();
+    release();
     beast::error_code ignored;
     stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
     stream_.close();
@@ -415,6 +426,7 @@ private:
   void on_written(beast::error_code ec) {
     if (ec)
       return on_peer_gone();
+    release();
     if (!keep_alive_)
       return close();
     do_read();
@@ -459,6 +471,7 @@ private:
   }
 
   void finish_batch() {
+    release();
     header_.reset();
     serializer_.reset();
     if (!keep_alive_)
@@ -467,6 +480,7 @@ private:
   }
 
   void close() {
+    release();
     beast::error_code ignored;
     stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
     stream_.close();
@@ -483,6 +497,8 @@ private:
   size_t outstanding_ = 0;
   bool batch_ = false;
   bool gone_ = false;
+  /// Counted in `busy` until its answer is written.
+  bool holding_busy_ = false;
   // The streamed answer of a batch.
   std::shared_ptr<http::response<http::empty_body>> header_;
   std::shared_ptr<http::response_serializer<http::empty_body>> serializer_;
