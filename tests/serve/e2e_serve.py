@@ -347,7 +347,25 @@ def scripted_drain(binary, tmp):
     finally:
         if s.proc.poll() is None:
             s.stop()
-    print("ok: SIGTERM drains")
+    # A batch streaming at SIGTERM gets every line before sv-serve exits.
+    s = Server(binary, tmp, ["--provider-config", config], "drain-batch")
+    try:
+        c = s.conn()
+        body = "\n".join(submission(f"d{i}") for i in range(3)) + "\n"
+        c.request("POST", "/v1/verify/batch", body=body)
+        r = c.getresponse()
+        first = json.loads(r.readline())
+        s.proc.send_signal(signal.SIGTERM)
+        rest = [json.loads(line) for line in r.read().splitlines()]
+        c.close()
+        ids = sorted([first["id"]] + [o["id"] for o in rest])
+        check(ids == ["d0", "d1", "d2"] and first["ok"]
+              and all(o["ok"] for o in rest), f"drained batch: {ids}", s)
+        check(s.proc.wait(10) == 0, "exit status after the batch drain", s)
+    finally:
+        if s.proc.poll() is None:
+            s.stop()
+    print("ok: SIGTERM drains (a verify and a streaming batch)")
 
 
 def closed_within(sock, seconds):
@@ -420,6 +438,43 @@ def scripted_limits(binary, tmp):
     print("ok: 429 Retry-After, slowloris timed out, junk is 400")
 
 
+def scripted_many_connections(binary, tmp, n=300):
+    """n connections at once, each a verify: every one answered 200 or
+    429, none dropped."""
+    config = os.path.join(tmp, "many.json")
+    with open(config, "w") as f:
+        json.dump({"scripted": {}}, f)
+    s = Server(binary, tmp, ["--provider-config", config,
+                             "--max-queue", "50"], "many")
+    try:
+        statuses = []
+        lock = threading.Lock()
+        start = threading.Barrier(n, timeout=TIMEOUT)
+
+        def one(i):
+            try:
+                start.wait()
+                status, _, _ = post(s, "/v1/verify", submission(f"m{i}"))
+            except Exception as e:  # counted as dropped
+                status = repr(e)
+            with lock:
+                statuses.append(status)
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(2 * TIMEOUT)
+        check(len(statuses) == n and all(x in (200, 429) for x in statuses),
+              f"answers: {sorted(set(map(str, statuses)))}", s)
+        check(s.stop() == 0, "exit status", s)
+    finally:
+        if s.proc.poll() is None:
+            s.stop()
+    print(f"ok: {n} connections at once, {statuses.count(200)} answered 200, "
+          f"{statuses.count(429)} 429")
+
+
 # -- local --------------------------------------------------------------------
 
 def local_humaneval(binary, tmp, make_jobs, python):
@@ -465,6 +520,7 @@ def main():
             scripted_tokens(binary, tmp)
             scripted_drain(binary, tmp)
             scripted_limits(binary, tmp)
+            scripted_many_connections(binary, tmp)
         elif mode == "local":
             local_humaneval(binary, tmp, make_jobs, python)
         else:
