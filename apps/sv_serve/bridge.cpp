@@ -96,15 +96,7 @@ void stats_asker(caf::stateful_actor<stats_state>* self,
           [=](caf::error&) { done(std::nullopt); });
 }
 
-} // namespace
-
-caf::actor track(caf::actor hdl);
-
-caf::actor spawn_client(caf::actor_system& sys, supervisor_actor supervisor,
-                        outcome_callback done) {
-  return track(sys.spawn(client, std::move(supervisor), std::move(done)));
-}
-
+/// Registers an actor, which unregisters itself when it ends.
 caf::actor track(caf::actor hdl) {
   {
     std::lock_guard<std::mutex> guard{clients_mtx};
@@ -115,6 +107,13 @@ caf::actor track(caf::actor hdl) {
     clients.erase(id);
   });
   return hdl;
+}
+
+} // namespace
+
+caf::actor spawn_client(caf::actor_system& sys, supervisor_actor supervisor,
+                        outcome_callback done) {
+  return track(sys.spawn(client, std::move(supervisor), std::move(done)));
 }
 
 void end_all_clients() {
