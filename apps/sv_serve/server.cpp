@@ -3,6 +3,7 @@
 #include "apps/sv_serve/bridge.hpp"
 #include "messages/batch_format.hpp"
 
+#include <array>
 #include <atomic>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -130,13 +131,11 @@ private:
     auto& req = parser_->get();
     route_ = route_of(req.target());
     keep_alive_ = req.keep_alive();
-    if (needs_token(route_) && allowed(route_, req.method()) &&
-        !st_->ctx.tokens->accepts(req[http::field::authorization])) {
-      // Answered before its body is read: the connection closes after it.
-      keep_alive_ = false;
-      return respond(http::status::unauthorized,
-                     error_body("missing or wrong bearer token"));
-    }
+    // The body is still read (within --max-body-bytes and the body
+    // deadline) before the 401: closing on unread data would reset the
+    // connection and could take the answer with it.
+    unauthorized_ = needs_token(route_) && allowed(route_, req.method()) &&
+                    !st_->ctx.tokens->accepts(req[http::field::authorization]);
     if (beast::iequals(req[http::field::expect], "100-continue")) {
       static const std::string cont = "HTTP/1.1 100 Continue\r\n\r\n";
       net::async_write(
@@ -192,6 +191,11 @@ private:
 
   void handle() {
     auto& req = parser_->get();
+    if (unauthorized_) {
+      req.body().clear();
+      return respond(http::status::unauthorized,
+                     error_body("missing or wrong bearer token"));
+    }
     if (route_ == route::not_found)
       return respond(http::status::not_found, error_body("no such endpoint"));
     if (!allowed(route_, req.method())) {
@@ -479,11 +483,25 @@ private:
     do_read();
   }
 
+  /// A lingering close: our side is shut, then what the client still
+  /// sends (a body we refused) is read and dropped for up to 1 s, so the
+  /// kernel does not answer it with a reset that could destroy our answer.
   void close() {
     release();
     beast::error_code ignored;
     stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
-    stream_.close();
+    stream_.expires_after(std::chrono::seconds{1});
+    linger();
+  }
+
+  void linger() {
+    stream_.async_read_some(
+      net::buffer(discard_),
+      [self = shared_from_this()](beast::error_code ec, size_t) {
+        if (ec)
+          return self->stream_.close();
+        self->linger();
+      });
   }
 
   beast::tcp_stream stream_;
@@ -492,6 +510,8 @@ private:
   std::optional<http::request_parser<http::string_body>> parser_;
   route route_ = route::not_found;
   bool keep_alive_ = false;
+  bool unauthorized_ = false;
+  std::array<char, 4096> discard_;
   // The verifications of the current request.
   caf::actor client_;
   size_t outstanding_ = 0;
