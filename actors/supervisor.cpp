@@ -70,6 +70,8 @@ struct running_verification {
   sandbox_handle handle;
   /// What the actor's exception handler reported, if it threw.
   std::string crash;
+  /// Stopped by a `cancel` (its client went away), not crashed.
+  bool cancelled = false;
 };
 
 struct queued_submission {
@@ -355,6 +357,19 @@ void schedule_restart(self_ptr self) {
 void on_verification_down(self_ptr self, running_verification& entry,
                           const caf::error& reason) {
   auto& st = self->state;
+  if (entry.cancelled) {
+    spdlog::info("verification {} cancelled in {}", entry.id,
+                 to_string(entry.phase));
+    auto created = !entry.handle.sandbox_id.empty();
+    leave_create_phase(self, entry);
+    deliver(self, entry.promise,
+            rejection(entry.id, failure_kind::provider_unavailable, entry.phase,
+                      failure_cause::killed, "cancelled"));
+    if (created)
+      adopt(self, orphan_sandbox{entry.handle, caf::actor_addr{},
+                                 entry.stop_timeout_s});
+    return;
+  }
   ++st.stats.crashed;
   auto what = !entry.crash.empty() ? entry.crash
               : reason             ? self->system().render(reason)
@@ -425,6 +440,27 @@ caf::result<verification_outcome> admit(self_ptr self,
   else
     st.queue.push_back(queued_submission{std::move(req), rp});
   return rp;
+}
+
+/// Cancels every submission with `id` (a client that went away).
+void cancel(self_ptr self, const std::string& id) {
+  auto& st = self->state;
+  for (auto i = st.queue.begin(); i != st.queue.end();) {
+    if (i->req.id != id) {
+      ++i;
+      continue;
+    }
+    deliver(self, i->promise,
+            rejection(id, failure_kind::provider_unavailable,
+                      verification_state::queue, failure_cause::killed,
+                      "cancelled before it started"));
+    i = st.queue.erase(i);
+  }
+  for (auto& [addr, entry] : st.running)
+    if (entry.id == id && !entry.cancelled) {
+      entry.cancelled = true;
+      caf::anon_send_exit(addr, caf::exit_reason::user_shutdown);
+    }
 }
 
 // -- reports of verifications -------------------------------------------------
@@ -518,6 +554,7 @@ supervisor(self_ptr self, provider_actor provider, supervisor_config cfg) {
   self->set_down_handler([=](caf::down_msg& dm) { on_down(self, dm); });
   return {
     [=](verify_atom, verification_request& req) { return admit(self, req); },
+    [=](cancel_atom, const std::string& id) { cancel(self, id); },
     [=](stats_atom) {
       auto& st = self->state;
       auto stats = st.stats;

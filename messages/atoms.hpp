@@ -20,5 +20,6 @@ using ok_atom = caf::atom_constant<caf::atom("ok")>;
 
 using verify_atom = caf::atom_constant<caf::atom("verify")>;
 using stats_atom = caf::atom_constant<caf::atom("stats")>;
+using cancel_atom = caf::atom_constant<caf::atom("cancel")>;
 
 } // namespace sv

@@ -33,6 +33,10 @@ using supervisor_actor = caf::typed_actor<
   caf::replies_to<verify_atom,
                   verification_request>::with<verification_outcome>,
   // Counters so far.
-  caf::replies_to<stats_atom>::with<supervisor_stats>>;
+  caf::replies_to<stats_atom>::with<supervisor_stats>,
+  // Cancels the submissions with this id: a queued one is answered
+  // killed at once; a running one's actor is stopped, and its sandbox is
+  // stopped like a crashed verification's.
+  caf::reacts_to<cancel_atom, std::string>>;
 
 } // namespace sv

@@ -318,3 +318,33 @@ TEST_CASE_METHOD(burst_fixture,
   CHECK(outcomes[1].ok);
   CHECK(stats().provider_restarts == 1);
 }
+
+TEST_CASE_METHOD(burst_fixture,
+                 "cancel answers a queued submission at once and stops a "
+                 "running one's sandbox") {
+  supervisor_config cfg;
+  cfg.max_in_flight = 1;
+  start(hanging_execs(2), cfg);
+  submit(make_request("running"));
+  submit(make_request("queued"));
+  run_for(1s);
+  collect();
+  CHECK(outcomes.empty());
+  client->send(supervisor, cancel_atom::value, std::string{"queued"});
+  run();
+  collect();
+  REQUIRE(outcomes.size() == 1);
+  check_failure(outcomes[0], failure_kind::provider_unavailable,
+                verification_state::queue, failure_cause::killed);
+  client->send(supervisor, cancel_atom::value, std::string{"running"});
+  run_until_replies(2, 5s);
+  check_exactly_once(2);
+  CHECK(outcomes[1].id == "running");
+  CHECK(outcomes[1].failure.cause == failure_cause::killed);
+  CHECK(ledger->creates() == 1);
+  CHECK(ledger->not_stopped_once().empty());
+  auto s = stats();
+  CHECK(s.crashed == 0);
+  CHECK(s.sandboxes_stopped == 1);
+  CHECK(s.in_flight == 0);
+}

@@ -1,4 +1,4 @@
-#include "apps/sv_grade/batch_line.hpp"
+#include "messages/batch_format.hpp"
 
 #include "messages/bounded_json.hpp"
 #include "messages/json.hpp"
@@ -6,7 +6,7 @@
 
 #include <cmath>
 
-namespace sv::grade {
+namespace sv {
 
 namespace {
 
@@ -142,4 +142,4 @@ std::chrono::milliseconds reply_timeout(const verification_request& req,
   return std::chrono::milliseconds{ms} + margin;
 }
 
-} // namespace sv::grade
+} // namespace sv

@@ -1,0 +1,323 @@
+// sv-serve: grades submissions over HTTP (README, "sv-serve"). Threads:
+// the Asio threads of the server (apps/sv_serve/server.cpp) read and write
+// HTTP; CAF's threads run the supervisor, the provider and one small client
+// actor per request (apps/sv_serve/bridge.cpp); nothing blocks either.
+
+#include "actors/scheduler.hpp"
+#include "actors/supervisor.hpp"
+#include "apps/sv_serve/metrics.hpp"
+#include "apps/sv_serve/server.hpp"
+#include "apps/sv_serve/tokens.hpp"
+#include "messages/batch_format.hpp"
+#include "messages/bounded_json.hpp"
+#include "messages/json.hpp"
+#include "messages/registry.hpp"
+#include "providers/factory.hpp"
+
+#include <CLI/CLI.hpp>
+#include <boost/asio/ip/address.hpp>
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/scoped_actor.hpp>
+#include <caf/send.hpp>
+#include <csignal>
+#include <fstream>
+#include <iostream>
+#include <mutex>
+#include <optional>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace sv;
+
+struct usage_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct cli_options {
+  std::string listen;
+  std::string provider_config;
+  std::string token_file;
+  std::string tls_cert;
+  std::string tls_key;
+  std::string log_level = "warn";
+  size_t max_body_bytes = size_t{64} << 20;
+  size_t max_json_depth = default_max_json_depth;
+  size_t concurrency = 0;
+  size_t max_creating = 16;
+  size_t max_queue = 10000;
+  double header_timeout_s = 10;
+  double body_timeout_s = 60;
+  double drain_timeout_s = 120;
+  size_t threads = 2;
+};
+
+constexpr const char* help_footer = R"(
+Endpoints:
+  POST /v1/verify        one submission (the JSON of one sv-grade input line)
+                         -> 200 its outcome (sv-grade's output line);
+                         400 invalid_request naming the field; 429 overloaded
+  POST /v1/verify/batch  JSONL in -> JSONL out, chunked, in completion order,
+                         one line per input line
+  GET /healthz           200 serving, 503 draining
+  GET /metrics           Prometheus text
+Errors: 401 (WWW-Authenticate: Bearer), 404, 405 (Allow), 413 over
+  --max-body-bytes, 431 header too large, 400 for a body that is not JSON,
+  breaks the schema or nests too deep. A client that disconnects cancels its
+  verifications (their sandboxes are stopped).
+Signals: SIGTERM/SIGINT drain (503, no new work, in-flight work finishes
+  within --drain-timeout-s, every sandbox stopped; again: stop now); SIGHUP
+  re-reads --token-file.
+Without --token-file, sv-serve listens on loopback addresses only.
+Example:
+  sv-serve --listen 127.0.0.1:8080 &
+  curl -s localhost:8080/v1/verify -d @submission.json
+)";
+
+std::optional<int> parse_cli(int argc, char** argv, cli_options& opts) {
+  CLI::App app{"sv-serve: grades submissions over HTTP, each in a fresh "
+               "single-use sandbox",
+               "sv-serve"};
+  app.footer(help_footer);
+  app.add_option("--listen", opts.listen, "HOST:PORT (port 0: any free one)")
+    ->required();
+  app.add_option("--provider-config", opts.provider_config,
+                 "JSON provider block file (default: {\"local\": {}})");
+  app.add_option("--token-file", opts.token_file,
+                 "bearer tokens, one a line (re-read on SIGHUP)");
+  app.add_option("--tls-cert", opts.tls_cert, "not supported yet");
+  app.add_option("--tls-key", opts.tls_key, "not supported yet");
+  app
+    .add_option("--max-body-bytes", opts.max_body_bytes,
+                "longest request body; a longer one is 413")
+    ->capture_default_str()
+    ->check(CLI::Range(size_t{1}, size_t{1} << 40));
+  app
+    .add_option("--max-json-depth", opts.max_json_depth,
+                "deepest nesting accepted in bodies, results and configs")
+    ->capture_default_str()
+    ->check(CLI::Range(size_t{1}, size_t{100000}));
+  app
+    .add_option("--concurrency", opts.concurrency,
+                "verifications at once (default: 2 x hardware threads)")
+    ->check(CLI::Range(size_t{1}, size_t{1000000}));
+  app
+    .add_option("--max-creating", opts.max_creating,
+                "sandboxes in create or ready at once")
+    ->capture_default_str()
+    ->check(CLI::Range(size_t{1}, size_t{1000000}));
+  app
+    .add_option("--max-queue", opts.max_queue,
+                "submissions waiting for a slot; beyond it 429")
+    ->capture_default_str();
+  app
+    .add_option("--header-timeout-s", opts.header_timeout_s,
+                "deadline of a request's header")
+    ->capture_default_str()
+    ->check(CLI::Range(0.001, 3600.0));
+  app
+    .add_option("--body-timeout-s", opts.body_timeout_s,
+                "deadline of a request's body and of each write")
+    ->capture_default_str()
+    ->check(CLI::Range(0.001, 3600.0));
+  app
+    .add_option("--drain-timeout-s", opts.drain_timeout_s,
+                "how long SIGTERM waits for the work in flight")
+    ->capture_default_str()
+    ->check(CLI::Range(0.0, 86400.0));
+  app.add_option("--threads", opts.threads, "Asio threads")
+    ->capture_default_str()
+    ->check(CLI::Range(size_t{1}, size_t{256}));
+  app
+    .add_option("--log-level", opts.log_level,
+                "trace, debug, info, warn, error, critical or off")
+    ->capture_default_str()
+    ->check(CLI::IsMember(
+      {"trace", "debug", "info", "warn", "error", "critical", "off"}));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  return std::nullopt;
+}
+
+/// Splits HOST:PORT ([v6]:PORT too); checks the loopback rule.
+void parse_listen(const cli_options& opts, serve::server_options& out) {
+  auto colon = opts.listen.rfind(':');
+  if (colon == std::string::npos || colon + 1 == opts.listen.size())
+    throw usage_error("--listen " + opts.listen + ": expected HOST:PORT");
+  auto host = opts.listen.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
+  if (host == "localhost")
+    host = "127.0.0.1";
+  unsigned long port = 0;
+  try {
+    size_t used = 0;
+    port = std::stoul(opts.listen.substr(colon + 1), &used);
+    if (used != opts.listen.size() - colon - 1 || port > 65535)
+      throw std::invalid_argument("port");
+  } catch (const std::exception&) {
+    throw usage_error("--listen " + opts.listen + ": bad port");
+  }
+  boost::system::error_code ec;
+  auto addr = boost::asio::ip::make_address(host, ec);
+  if (ec)
+    throw usage_error("--listen " + opts.listen + ": " + host +
+                      " is not an IP address");
+  if (opts.token_file.empty() && !addr.is_loopback())
+    throw usage_error("--listen " + opts.listen +
+                      ": beyond loopback only with --token-file");
+  out.host = host;
+  out.port = static_cast<uint16_t>(port);
+}
+
+provider_block load_provider_block(const std::string& path, size_t max_depth) {
+  if (path.empty())
+    return parse_provider_block(json{{"local", json::object()}});
+  std::ifstream in{path, std::ios::binary};
+  if (!in)
+    throw usage_error("provider config " + path + ": cannot open");
+  std::string text{std::istreambuf_iterator<char>{in},
+                   std::istreambuf_iterator<char>{}};
+  json doc;
+  json_limits limits;
+  limits.max_depth = max_depth;
+  if (auto err = parse_bounded(text, doc, limits); !err.empty())
+    throw usage_error("provider config " + path + ": not valid JSON: " + err);
+  try {
+    return parse_provider_block(doc);
+  } catch (const json_error& e) {
+    throw usage_error("provider config " + path + ": " + e.what());
+  }
+}
+
+/// Every provider started (the first and the supervisor's replacements).
+struct provider_set {
+  std::mutex mtx;
+  std::vector<caf::actor> all;
+  void add(const provider_actor& p) {
+    std::lock_guard<std::mutex> guard{mtx};
+    all.push_back(caf::actor_cast<caf::actor>(p));
+  }
+  void shut_down() {
+    std::lock_guard<std::mutex> guard{mtx};
+    for (auto& hdl : all)
+      caf::anon_send_exit(hdl, caf::exit_reason::user_shutdown);
+  }
+};
+
+std::chrono::milliseconds to_ms(double seconds) {
+  return std::chrono::milliseconds{static_cast<int64_t>(seconds * 1000)};
+}
+
+int run(const cli_options& opts) {
+  if (!opts.tls_cert.empty() || !opts.tls_key.empty())
+    throw usage_error("--tls-cert/--tls-key: TLS is not supported yet; put "
+                      "a TLS proxy in front");
+  serve::server_options sopts;
+  parse_listen(opts, sopts);
+  sopts.max_body_bytes = opts.max_body_bytes;
+  sopts.max_json_depth = opts.max_json_depth;
+  sopts.header_timeout = to_ms(opts.header_timeout_s);
+  sopts.body_timeout = to_ms(opts.body_timeout_s);
+  sopts.drain_timeout = to_ms(opts.drain_timeout_s);
+  sopts.threads = opts.threads;
+  std::unique_ptr<serve::token_set> tokens;
+  try {
+    tokens = std::make_unique<serve::token_set>(opts.token_file);
+  } catch (const std::runtime_error& e) {
+    throw usage_error(e.what());
+  }
+  auto block = load_provider_block(opts.provider_config, opts.max_json_depth);
+  std::shared_ptr<provider_backend> backend;
+  try {
+    backend = prepare_provider(block);
+  } catch (const std::exception& e) {
+    throw usage_error("provider " + block.name + ": " + e.what());
+  }
+  caf::actor_system_config cfg;
+  register_protocol(cfg);
+  install_scheduler(cfg);
+  caf::actor_system sys{cfg};
+  auto providers = std::make_shared<provider_set>();
+  auto provider = backend->spawn(sys);
+  providers->add(provider);
+  supervisor_config scfg;
+  scfg.max_in_flight = opts.concurrency;
+  scfg.max_creating = opts.max_creating;
+  scfg.max_queue = opts.max_queue;
+  scfg.default_metadata = block.default_metadata;
+  json_limits limits;
+  limits.max_depth = opts.max_json_depth;
+  scfg.parser = [limits](const std::string& text, json& result,
+                         std::string& error) {
+    return parse_result_text(text, result, error, limits);
+  };
+  scfg.restart_provider = [backend, providers](caf::actor_system& sys) {
+    auto p = backend->spawn(sys);
+    providers->add(p);
+    return p;
+  };
+  auto supervisor = spawn_supervisor(sys, provider, std::move(scfg));
+  serve::metrics counters;
+  serve::server_context ctx;
+  ctx.sys = &sys;
+  ctx.supervisor = supervisor;
+  ctx.tokens = tokens.get();
+  ctx.counters = &counters;
+  ctx.announce = [](const std::string& line) {
+    std::cout << line << std::endl;
+  };
+  spdlog::info("serving on provider {}", block.name);
+  auto sig = serve::run_server(sopts, ctx);
+  // Nothing can restart a provider once the supervisor is gone; its exit
+  // stops the sandboxes it still knows of, the backend the rest.
+  {
+    caf::scoped_actor self{sys};
+    self->monitor(supervisor);
+    caf::anon_send_exit(supervisor, caf::exit_reason::user_shutdown);
+    self->receive(
+      [](const caf::down_msg&) {},
+      caf::after(std::chrono::seconds{10}) >>
+        [] { spdlog::warn("the supervisor did not stop within 10 s"); });
+  }
+  providers->shut_down();
+  backend->shut_down();
+  spdlog::info("stopped after signal {}", sig);
+  return 0;
+}
+
+void ignore_sigpipe(int) {}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  cli_options opts;
+  if (auto status = parse_cli(argc, argv, opts))
+    return *status;
+  auto logger = spdlog::stderr_color_mt("sv-serve");
+  spdlog::set_default_logger(logger);
+  spdlog::set_level(spdlog::level::from_str(opts.log_level));
+  // A handler, not SIG_IGN: exec resets it, so sandboxed processes start
+  // with the default disposition.
+  std::signal(SIGPIPE, ignore_sigpipe);
+  // SIGTERM, SIGINT and SIGHUP belong to the server's signal_set, installed
+  // before `listening on` is printed: a signal before it has its default
+  // action (nothing is being served yet).
+  try {
+    return run(opts);
+  } catch (const usage_error& e) {
+    std::cerr << "sv-serve: " << e.what() << '\n';
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "sv-serve: " << e.what() << '\n';
+    return 1;
+  }
+}

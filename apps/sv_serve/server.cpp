@@ -1,0 +1,684 @@
+#include "apps/sv_serve/server.hpp"
+
+#include "apps/sv_serve/bridge.hpp"
+#include "messages/batch_format.hpp"
+
+#include <array>
+#include <atomic>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <csignal>
+#include <deque>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <spdlog/spdlog.h>
+#include <sys/socket.h>
+#include <thread>
+#include <vector>
+
+namespace sv::serve {
+
+namespace {
+
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+
+/// What all sessions share.
+struct shared_state {
+  server_options opts;
+  server_context ctx;
+  std::atomic<bool> draining{false};
+  /// Requests whose verifications are not all answered yet.
+  std::atomic<size_t> busy{0};
+};
+
+enum class route {
+  healthz,
+  metrics,
+  verify,
+  verify_batch,
+  not_found,
+};
+
+route route_of(beast::string_view target) {
+  auto path = target.substr(0, target.find('?'));
+  if (path == "/healthz")
+    return route::healthz;
+  if (path == "/metrics")
+    return route::metrics;
+  if (path == "/v1/verify")
+    return route::verify;
+  if (path == "/v1/verify/batch")
+    return route::verify_batch;
+  return route::not_found;
+}
+
+bool allowed(route r, http::verb v) {
+  switch (r) {
+  case route::healthz:
+  case route::metrics:
+    return v == http::verb::get || v == http::verb::head;
+  case route::verify:
+  case route::verify_batch:
+    return v == http::verb::post;
+  default:
+    return true;
+  }
+}
+
+const char* allow_of(route r) {
+  return r == route::verify || r == route::verify_batch ? "POST" : "GET";
+}
+
+bool needs_token(route r) {
+  return r == route::verify || r == route::verify_batch;
+}
+
+std::string error_body(const std::string& message) {
+  return json{{"error", message}}.dump() + "\n";
+}
+
+/// The status of a graded submission's answer.
+http::status status_of(const verification_outcome& out) {
+  if (out.ok)
+    return http::status::ok;
+  if (out.failure.kind == failure_kind::invalid_request)
+    return http::status::bad_request;
+  if (out.failure.cause == failure_cause::overloaded)
+    return http::status::too_many_requests;
+  return http::status::ok;
+}
+
+class session : public std::enable_shared_from_this<session> {
+public:
+  session(tcp::socket&& socket, std::shared_ptr<shared_state> st)
+      : stream_(std::move(socket)), st_(std::move(st)) {}
+
+  ~session() { release(); }
+
+  void run() {
+    net::dispatch(
+      stream_.get_executor(),
+      beast::bind_front_handler(&session::do_read, shared_from_this()));
+  }
+
+private:
+  // -- reading a request ------------------------------------------------------
+
+  void do_read() {
+    parser_.emplace();
+    parser_->header_limit(static_cast<uint32_t>(st_->opts.max_header_bytes));
+    parser_->body_limit(st_->opts.max_body_bytes);
+    stream_.expires_after(st_->opts.header_timeout);
+    http::async_read_header(
+      stream_, buffer_, *parser_,
+      beast::bind_front_handler(&session::on_header, shared_from_this()));
+  }
+
+  void on_header(beast::error_code ec, size_t) {
+    if (ec)
+      return on_read_error(ec);
+    auto& req = parser_->get();
+    route_ = route_of(req.target());
+    keep_alive_ = req.keep_alive();
+    // The body is still read (within --max-body-bytes and the body
+    // deadline) before the 401: closing on unread data would reset the
+    // connection and could take the answer with it.
+    unauthorized_ = needs_token(route_) && allowed(route_, req.method()) &&
+                    !st_->ctx.tokens->accepts(req[http::field::authorization]);
+    if (beast::iequals(req[http::field::expect], "100-continue")) {
+      static const std::string cont = "HTTP/1.1 100 Continue\r\n\r\n";
+      net::async_write(
+        stream_, net::buffer(cont),
+        [self = shared_from_this()](beast::error_code ec, size_t) {
+          if (ec)
+            return self->close();
+          self->read_body();
+        });
+      return;
+    }
+    read_body();
+  }
+
+  void read_body() {
+    stream_.expires_after(st_->opts.body_timeout);
+    http::async_read(
+      stream_, buffer_, *parser_,
+      beast::bind_front_handler(&session::on_read, shared_from_this()));
+  }
+
+  void on_read(beast::error_code ec, size_t) {
+    if (ec)
+      return on_read_error(ec);
+    handle();
+  }
+
+  void on_read_error(beast::error_code ec) {
+    keep_alive_ = false;
+    if (ec == http::error::body_limit)
+      return respond(http::status::payload_too_large,
+                     error_body("body longer than --max-body-bytes " +
+                                std::to_string(st_->opts.max_body_bytes)));
+    if (ec == http::error::header_limit)
+      return respond(http::status::request_header_fields_too_large,
+                     error_body("header longer than " +
+                                std::to_string(st_->opts.max_header_bytes) +
+                                " bytes"));
+    if (ec == beast::error::timeout) {
+      spdlog::debug("a client was too slow to send its request");
+      return close();
+    }
+    if (ec == http::error::end_of_stream || ec == net::error::eof ||
+        ec == net::error::connection_reset ||
+        ec == net::error::operation_aborted)
+      return close();
+    // Anything else is a request that is not HTTP.
+    respond(http::status::bad_request,
+            error_body("not an HTTP request: " + ec.message()));
+  }
+
+  // -- routing ----------------------------------------------------------------
+
+  void handle() {
+    auto& req = parser_->get();
+    if (unauthorized_) {
+      req.body().clear();
+      return respond(http::status::unauthorized,
+                     error_body("missing or wrong bearer token"));
+    }
+    if (route_ == route::not_found)
+      return respond(http::status::not_found, error_body("no such endpoint"));
+    if (!allowed(route_, req.method())) {
+      std::vector<std::pair<http::field, std::string>> extra{
+        {http::field::allow, allow_of(route_)}};
+      return respond(http::status::method_not_allowed,
+                     error_body("method not allowed"), "application/json",
+                     extra);
+    }
+    switch (route_) {
+    case route::healthz:
+      if (st_->draining)
+        return respond(http::status::service_unavailable, "draining\n",
+                       "text/plain");
+      return respond(http::status::ok, "ok\n", "text/plain");
+    case route::metrics:
+      return serve_metrics();
+    case route::verify:
+    case route::verify_batch:
+      if (st_->draining)
+        return respond(http::status::service_unavailable,
+                       error_body("draining: no new work"));
+      return route_ == route::verify ? verify_one() : verify_batch();
+    default:
+      return respond(http::status::not_found, error_body("no such endpoint"));
+    }
+  }
+
+  void serve_metrics() {
+    auto self = shared_from_this();
+    fetch_stats(*st_->ctx.sys, st_->ctx.supervisor,
+                [self](std::optional<supervisor_stats> stats) {
+                  net::post(self->stream_.get_executor(), [self, stats] {
+                    self->respond(http::status::ok,
+                                  self->st_->ctx.counters->render(stats),
+                                  "text/plain; version=0.0.4");
+                  });
+                });
+  }
+
+  json_limits limits() const {
+    json_limits l;
+    l.max_depth = st_->opts.max_json_depth;
+    l.max_bytes = st_->opts.max_body_bytes;
+    return l;
+  }
+
+  /// Starts the client of this request; its outcomes come back to
+  /// `on_outcome` on this session's strand.
+  void start_client() {
+    auto self = shared_from_this();
+    client_ =
+      spawn_client(*st_->ctx.sys, st_->ctx.supervisor,
+                   [self](uint64_t tag, verification_outcome out) {
+                     net::post(self->stream_.get_executor(),
+                               [self, tag, out = std::move(out)]() mutable {
+                                 self->on_outcome(tag, std::move(out));
+                               });
+                   });
+    ++st_->busy;
+    holding_busy_ = true;
+    watch_peer();
+  }
+
+  void submit_line(uint64_t line, verification_request&& req) {
+    st_->ctx.counters->started();
+    ++outstanding_;
+    submit(client_, line, std::move(req));
+  }
+
+  void verify_one() {
+    auto parsed = parse_batch_line(parser_->get().body(), 1, {}, limits());
+    parser_->get().body().clear();
+    if (!parsed.ok)
+      return respond(http::status::bad_request,
+                     render_output_line(parsed.rejected) + "\n");
+    batch_ = false;
+    start_client();
+    submit_line(1, std::move(parsed.request));
+  }
+
+  void verify_batch() {
+    batch_ = true;
+    auto body = std::move(parser_->get().body());
+    auto lim = limits();
+    uint64_t line_no = 0;
+    size_t pos = 0;
+    std::vector<std::pair<uint64_t, verification_request>> valid;
+    while (pos < body.size()) {
+      auto end = body.find('\n', pos);
+      if (end == std::string::npos)
+        end = body.size();
+      std::string_view text{body.data() + pos, end - pos};
+      if (!text.empty() && text.back() == '\r')
+        text.remove_suffix(1);
+      pos = end + 1;
+      auto parsed = parse_batch_line(text, ++line_no, {}, lim);
+      if (parsed.ok)
+        valid.emplace_back(line_no, std::move(parsed.request));
+      else
+        chunks_.push_back(render_output_line(parsed.rejected) + "\n");
+    }
+    auto res = std::make_shared<http::response<http::empty_body>>(
+      http::status::ok, parser_->get().version());
+    res->set(http::field::content_type, "application/x-ndjson");
+    res->keep_alive(keep_alive_);
+    res->chunked(true);
+    header_ = res;
+    serializer_ =
+      std::make_shared<http::response_serializer<http::empty_body>>(*res);
+    header_sent_ = false;
+    last_sent_ = false;
+    st_->ctx.counters->count_http(200);
+    if (!valid.empty()) {
+      start_client();
+      for (auto& [line, req] : valid)
+        submit_line(line, std::move(req));
+    }
+    pump();
+  }
+
+  void on_outcome(uint64_t line, verification_outcome out) {
+    if (gone_ || outstanding_ == 0)
+      return;
+    st_->ctx.counters->finished(out);
+    batch_entry entry;
+    entry.line = line;
+    entry.outcome = std::move(out);
+    auto status = status_of(entry.outcome);
+    if (--outstanding_ == 0)
+      end_work();
+    if (!batch_) {
+      std::vector<std::pair<http::field, std::string>> extra;
+      if (status == http::status::too_many_requests)
+        extra.emplace_back(http::field::retry_after, "1");
+      return respond(status, render_output_line(entry) + "\n",
+                     "application/json", extra);
+    }
+    chunks_.push_back(render_output_line(entry) + "\n");
+    pump();
+  }
+
+  /// This request's verifications are all answered (or cancelled).
+  void end_work() {
+    if (client_) {
+      end_client(client_);
+      client_ = nullptr;
+    }
+  }
+
+  /// The request's answer is written (or its client is gone): a drain need
+  /// not wait for it any more.
+  void release() {
+    if (holding_busy_) {
+      holding_busy_ = false;
+      --st_->busy;
+    }
+  }
+
+  // -- noticing a client that went away --------------------------------------
+
+  /// While verifications are outstanding nothing is read, so a closed
+  /// connection would go unnoticed: wait for the socket to turn readable and
+  /// peek. End of stream means the client is gone.
+  void watch_peer() {
+    stream_.socket().async_wait(
+      tcp::socket::wait_read,
+      [self = shared_from_this()](beast::error_code ec) {
+        self->on_peer_readable(ec);
+      });
+  }
+
+  void on_peer_readable(beast::error_code ec) {
+    if (ec || gone_ || outstanding_ == 0)
+      return;
+    char c;
+    auto n =
+      ::recv(stream_.socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n > 0)
+      return; // a pipelined request: read after this one
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+      return watch_peer();
+    on_peer_gone();
+  }
+
+  void on_peer_gone() {
+    if (gone_)
+      return;
+    gone_ = true;
+    if (client_ && outstanding_ > 0) {
+      spdlog::info("a client went away: cancelling its {} verifications",
+                   outstanding_);
+      cancel_client(client_);
+      st_->ctx.counters->cancelled(outstanding_);
+      client_ = nullptr;
+      outstanding_ = 0;
+    }
+    end_work();
+    release();
+    beast::error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
+    stream_.close();
+  }
+
+  // -- writing ----------------------------------------------------------------
+
+  void
+  respond(http::status status, std::string body,
+          const char* content_type = "application/json",
+          const std::vector<std::pair<http::field, std::string>>& extra = {}) {
+    auto version = parser_ ? parser_->get().version() : 11;
+    auto res =
+      std::make_shared<http::response<http::string_body>>(status, version);
+    res->set(http::field::server, "sv-serve");
+    res->set(http::field::content_type, content_type);
+    if (status == http::status::unauthorized)
+      res->set(http::field::www_authenticate, "Bearer");
+    for (auto& [field, value] : extra)
+      res->set(field, value);
+    res->keep_alive(keep_alive_);
+    res->body() = std::move(body);
+    res->prepare_payload();
+    st_->ctx.counters->count_http(static_cast<unsigned>(status));
+    stream_.expires_after(st_->opts.body_timeout);
+    http::async_write(
+      stream_, *res,
+      [self = shared_from_this(), res](beast::error_code ec, size_t) {
+        self->on_written(ec);
+      });
+  }
+
+  void on_written(beast::error_code ec) {
+    if (ec)
+      return on_peer_gone();
+    release();
+    if (!keep_alive_)
+      return close();
+    do_read();
+  }
+
+  /// The streamed answer of a batch: its header, the lines as they come,
+  /// the last chunk once every line is answered.
+  void pump() {
+    if (writing_ || gone_)
+      return;
+    auto self = shared_from_this();
+    auto next = [self](beast::error_code ec, size_t) {
+      self->writing_ = false;
+      if (ec)
+        return self->on_peer_gone();
+      self->pump();
+    };
+    stream_.expires_after(st_->opts.body_timeout);
+    if (!header_sent_) {
+      header_sent_ = writing_ = true;
+      http::async_write_header(stream_, *serializer_, next);
+      return;
+    }
+    if (!chunks_.empty()) {
+      writing_ = true;
+      auto text = std::make_shared<std::string>(std::move(chunks_.front()));
+      chunks_.pop_front();
+      net::async_write(
+        stream_, http::make_chunk(net::buffer(*text)),
+        [next, text](beast::error_code ec, size_t n) { next(ec, n); });
+      return;
+    }
+    if (outstanding_ > 0 || last_sent_) {
+      if (last_sent_)
+        finish_batch();
+      else
+        stream_.expires_never();
+      return;
+    }
+    last_sent_ = writing_ = true;
+    net::async_write(stream_, http::make_chunk_last(), next);
+  }
+
+  void finish_batch() {
+    release();
+    header_.reset();
+    serializer_.reset();
+    if (!keep_alive_)
+      return close();
+    do_read();
+  }
+
+  /// A lingering close: our side is shut, then what the client still
+  /// sends (a body we refused) is read and dropped for up to 1 s, so the
+  /// kernel does not answer it with a reset that could destroy our answer.
+  void close() {
+    release();
+    beast::error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    stream_.expires_after(std::chrono::seconds{1});
+    linger();
+  }
+
+  void linger() {
+    stream_.async_read_some(
+      net::buffer(discard_),
+      [self = shared_from_this()](beast::error_code ec, size_t) {
+        if (ec)
+          return self->stream_.close();
+        self->linger();
+      });
+  }
+
+  beast::tcp_stream stream_;
+  beast::flat_buffer buffer_;
+  std::shared_ptr<shared_state> st_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  route route_ = route::not_found;
+  bool keep_alive_ = false;
+  bool unauthorized_ = false;
+  std::array<char, 4096> discard_;
+  // The verifications of the current request.
+  caf::actor client_;
+  size_t outstanding_ = 0;
+  bool batch_ = false;
+  bool gone_ = false;
+  /// Counted in `busy` until its answer is written.
+  bool holding_busy_ = false;
+  // The streamed answer of a batch.
+  std::shared_ptr<http::response<http::empty_body>> header_;
+  std::shared_ptr<http::response_serializer<http::empty_body>> serializer_;
+  std::deque<std::string> chunks_;
+  bool writing_ = false;
+  bool header_sent_ = false;
+  bool last_sent_ = false;
+};
+
+class listener : public std::enable_shared_from_this<listener> {
+public:
+  listener(net::io_context& ioc, tcp::endpoint ep,
+           std::shared_ptr<shared_state> st)
+      : ioc_(ioc), acceptor_(net::make_strand(ioc)), st_(std::move(st)) {
+    acceptor_.open(ep.protocol());
+    acceptor_.set_option(net::socket_base::reuse_address(true));
+    acceptor_.bind(ep);
+    acceptor_.listen(net::socket_base::max_listen_connections);
+  }
+
+  tcp::endpoint local() const { return acceptor_.local_endpoint(); }
+
+  void run() { do_accept(); }
+
+  void stop() {
+    net::post(acceptor_.get_executor(), [self = shared_from_this()] {
+      beast::error_code ignored;
+      self->acceptor_.close(ignored);
+    });
+  }
+
+private:
+  void do_accept() {
+    acceptor_.async_accept(
+      net::make_strand(ioc_),
+      beast::bind_front_handler(&listener::on_accept, shared_from_this()));
+  }
+
+  void on_accept(beast::error_code ec, tcp::socket socket) {
+    if (ec == net::error::operation_aborted || !acceptor_.is_open())
+      return;
+    if (!ec)
+      std::make_shared<session>(std::move(socket), st_)->run();
+    else
+      spdlog::warn("accept: {}", ec.message());
+    do_accept();
+  }
+
+  net::io_context& ioc_;
+  tcp::acceptor acceptor_;
+  std::shared_ptr<shared_state> st_;
+};
+
+/// SIGTERM / SIGINT: drain; SIGHUP: re-read the tokens.
+class signal_handler : public std::enable_shared_from_this<signal_handler> {
+public:
+  signal_handler(net::io_context& ioc, std::shared_ptr<shared_state> st,
+                 std::shared_ptr<listener> lst)
+      : ioc_(ioc), signals_(ioc, SIGTERM, SIGINT, SIGHUP), timer_(ioc),
+        st_(std::move(st)), listener_(std::move(lst)) {}
+
+  void run() { wait(); }
+
+  int received() const { return received_; }
+
+private:
+  void wait() {
+    signals_.async_wait(
+      [self = shared_from_this()](beast::error_code ec, int sig) {
+        if (ec)
+          return;
+        self->on_signal(sig);
+      });
+  }
+
+  void on_signal(int sig) {
+    if (sig == SIGHUP) {
+      if (auto err = st_->ctx.tokens->reload(); !err.empty())
+        spdlog::error("SIGHUP: keeping the old tokens: {}", err);
+      else
+        spdlog::info("SIGHUP: tokens re-read");
+      return wait();
+    }
+    if (received_ != 0) {
+      spdlog::warn("signal {} again: stopping now", sig);
+      ioc_.stop();
+      return;
+    }
+    received_ = sig;
+    spdlog::warn("signal {}: draining ({} requests in flight)", sig,
+                 st_->busy.load());
+    st_->draining = true;
+    deadline_ = std::chrono::steady_clock::now() + st_->opts.drain_timeout;
+    check_drained();
+    wait();
+  }
+
+  void check_drained() {
+    if (st_->busy == 0 || std::chrono::steady_clock::now() >= deadline_) {
+      if (st_->busy != 0)
+        spdlog::warn("drain deadline passed with {} requests in flight",
+                     st_->busy.load());
+      listener_->stop();
+      ioc_.stop();
+      return;
+    }
+    timer_.expires_after(std::chrono::milliseconds{50});
+    timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
+      if (!ec)
+        self->check_drained();
+    });
+  }
+
+  net::io_context& ioc_;
+  net::signal_set signals_;
+  net::steady_timer timer_;
+  std::shared_ptr<shared_state> st_;
+  std::shared_ptr<listener> listener_;
+  std::chrono::steady_clock::time_point deadline_;
+  int received_ = 0;
+};
+
+} // namespace
+
+int run_server(const server_options& opts, const server_context& ctx) {
+  auto st = std::make_shared<shared_state>();
+  st->opts = opts;
+  st->ctx = ctx;
+  net::io_context ioc{static_cast<int>(opts.threads)};
+  beast::error_code ec;
+  auto addr = net::ip::make_address(opts.host, ec);
+  if (ec)
+    throw std::runtime_error("--listen " + opts.host + ": " + ec.message());
+  std::shared_ptr<listener> lst;
+  try {
+    lst = std::make_shared<listener>(ioc, tcp::endpoint{addr, opts.port}, st);
+  } catch (const boost::system::system_error& e) {
+    throw std::runtime_error("cannot listen on " + opts.host + ":" +
+                             std::to_string(opts.port) + ": " + e.what());
+  }
+  auto signals = std::make_shared<signal_handler>(ioc, st, lst);
+  signals->run();
+  lst->run();
+  auto ep = lst->local();
+  auto host = ep.address().is_v6() ? "[" + ep.address().to_string() + "]"
+                                   : ep.address().to_string();
+  if (ctx.announce)
+    ctx.announce("listening on " + host + ":" + std::to_string(ep.port()));
+  std::vector<std::thread> threads;
+  for (size_t i = 1; i < std::max<size_t>(1, opts.threads); ++i)
+    threads.emplace_back([&ioc] { ioc.run(); });
+  ioc.run();
+  for (auto& t : threads)
+    t.join();
+  // The clients hold their sessions (and post to this io_context): end them
+  // before it goes.
+  end_all_clients();
+  if (!wait_clients_gone(std::chrono::seconds{10}))
+    spdlog::warn("some clients did not end within 10 s");
+  return signals->received();
+}
+
+} // namespace sv::serve

@@ -1,0 +1,53 @@
+#pragma once
+
+// sv-serve's HTTP server (Boost.Beast, the only TU that includes it): a
+// listener, one session per connection (an I/O state machine on its own
+// strand), the routing of requests to the grading endpoints, /healthz and
+// /metrics. It runs on Asio threads of its own; it talks to the supervisor
+// only through the bridge's messages, never waiting on a CAF thread.
+
+#include "apps/sv_serve/metrics.hpp"
+#include "apps/sv_serve/tokens.hpp"
+#include "messages/provider.hpp"
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+namespace caf {
+class actor_system;
+} // namespace caf
+
+namespace sv::serve {
+
+struct server_options {
+  std::string host = "127.0.0.1";
+  uint16_t port = 0;
+  size_t max_body_bytes = size_t{64} << 20;
+  size_t max_header_bytes = 16 * 1024;
+  size_t max_json_depth = 256;
+  /// Deadlines of one request's header and of its body (slowloris).
+  std::chrono::milliseconds header_timeout = std::chrono::seconds{10};
+  std::chrono::milliseconds body_timeout = std::chrono::seconds{60};
+  /// How long SIGTERM waits for the verifications in flight.
+  std::chrono::milliseconds drain_timeout = std::chrono::seconds{120};
+  size_t threads = 2;
+};
+
+struct server_context {
+  caf::actor_system* sys = nullptr;
+  supervisor_actor supervisor;
+  token_set* tokens = nullptr;
+  metrics* counters = nullptr;
+  /// Where `listening on HOST:PORT` goes once connections are accepted.
+  std::function<void(const std::string&)> announce;
+};
+
+/// Serves until SIGTERM or SIGINT has drained it (SIGHUP re-reads the
+/// tokens). Throws std::runtime_error when it cannot listen. Returns the
+/// signal that ended it.
+int run_server(const server_options& opts, const server_context& ctx);
+
+} // namespace sv::serve
