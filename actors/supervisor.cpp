@@ -22,6 +22,7 @@
 #include "actors/provider_restarter.hpp"
 #include "actors/quiet.hpp"
 #include "actors/verification.hpp"
+#include "messages/bounded_json.hpp"
 #include "messages/errors.hpp"
 #include "messages/validation.hpp"
 
@@ -39,9 +40,9 @@ namespace sv {
 
 bool parse_json_object(const std::string& text, json& result,
                        std::string& error) {
-  result = json::parse(text, nullptr, false);
-  if (result.is_discarded()) {
-    error = "not valid JSON";
+  // A runner's result.json is hostile: bounded depth, no duplicate keys.
+  if (auto err = parse_bounded(text, result); !err.empty()) {
+    error = "not valid JSON: " + err;
     return false;
   }
   if (!result.is_object()) {

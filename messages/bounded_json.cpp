@@ -265,4 +265,8 @@ std::string truncate_for_message(std::string_view s, size_t max) {
          std::to_string(s.size() - max) + " more bytes)";
 }
 
+bool parse_wire_json(std::string_view text, json& out) {
+  return parse_bounded(text, out).empty();
+}
+
 } // namespace sv

@@ -140,7 +140,9 @@ TEST_CASE("an invalid result.json is a verifier_error in parse") {
     f.grade("import sys\nopen(sys.argv[2], 'w').write('{\"reward\": ')\n");
   check_failure(out, failure_kind::verifier_error, verification_state::parse,
                 failure_cause::invalid_result);
-  CHECK(out.failure.message == "result.json rejected: not valid JSON");
+  CHECK_THAT(out.failure.message,
+             Catch::StartsWith("result.json rejected: not valid JSON: parse "
+                               "error at line 1, column 12"));
 }
 
 TEST_CASE("a result.json that is not an object is rejected") {

@@ -384,3 +384,28 @@ TEST_CASE_METHOD(binary_fixture, "a bare sandbox_status loads unchecked (no "
   CHECK(static_cast<unsigned>(got) == 42);
   CHECK_FALSE(is_valid(got));
 }
+
+// -- JSON from another node ---------------------------------------------------
+
+TEST_CASE_METHOD(binary_fixture,
+                 "JSON from another node is parsed within the bounds: too "
+                 "deep or a duplicate key fails to load") {
+  auto load = [&](const std::string& text) {
+    // What a peer would send: the value's text, as json's inspect writes.
+    std::vector<char> buf;
+    caf::binary_serializer sink{*sys, buf};
+    auto copy = text;
+    REQUIRE(!sink(copy));
+    json out;
+    caf::binary_deserializer source{*sys, buf};
+    return std::make_pair(!source(out), out);
+  };
+  auto ok = load(R"({"reward": 1.0})");
+  CHECK(ok.first);
+  CHECK(ok.second == json{{"reward", 1.0}});
+  std::string deep(100000, '[');
+  deep += std::string(100000, ']');
+  CHECK_FALSE(load(deep).first);
+  CHECK_FALSE(load(R"({"id": "a", "id": "b"})").first);
+  CHECK_FALSE(load("{} junk").first);
+}
