@@ -486,6 +486,11 @@ void on_exec_result(self_ptr self, exec_result& res) {
          "sandbox failed while running the runner" + msg);
     return;
   }
+  // Out of range (an in-process provider; off the wire, loading maps it to
+  // `sandbox`): the provider's fault, never a verification left waiting.
+  fail(self, failure_kind::provider_unavailable, failure_cause::error,
+       "the provider reported an unknown exec error_type " +
+         std::to_string(static_cast<int>(res.error_type)));
 }
 
 /// exec: `<python> sandbox_runner.py request.json result.json`. The provider

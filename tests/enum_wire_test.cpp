@@ -37,6 +37,9 @@ T over_the_wire(caf::actor_system& sys, T x) {
 struct wire_script {
   uint8_t status = static_cast<uint8_t>(sandbox_status::running);
   uint8_t error_type = static_cast<uint8_t>(exec_error_type::none);
+  /// Whether exec results cross the wire (else: as an in-process provider
+  /// hands them over, raw value and all).
+  bool exec_over_wire = true;
 };
 
 /// A provider that answers everything at once, its status and exec results
@@ -57,6 +60,8 @@ provider_actor::behavior_type wire_provider(provider_actor::pointer self,
     [=](exec_atom, sandbox_handle&, exec_request&) {
       exec_result res;
       res.error_type = static_cast<exec_error_type>(script.error_type);
+      if (!script.exec_over_wire)
+        return res;
       return over_the_wire(self->system(), res);
     },
     [](download_atom, sandbox_handle&, std::string&) {
@@ -89,6 +94,15 @@ TEST_CASE_METHOD(fixture, "control: through the wire with known values, "
 TEST_CASE_METHOD(fixture, "an exec error_type of 42 off the wire is a "
                           "provider failure of exec, at once") {
   auto out = grade({static_cast<uint8_t>(sandbox_status::running), 42});
+  test::check_failure(out, failure_kind::provider_unavailable,
+                      verification_state::exec, failure_cause::error);
+  CHECK_THAT(out.failure.message,
+             Catch::Contains("unknown exec error_type 42"));
+}
+
+TEST_CASE_METHOD(fixture, "an exec error_type of 42 from an in-process "
+                          "provider is a provider failure of exec, at once") {
+  auto out = grade({static_cast<uint8_t>(sandbox_status::running), 42, false});
   test::check_failure(out, failure_kind::provider_unavailable,
                       verification_state::exec, failure_cause::error);
   CHECK_THAT(out.failure.message,
