@@ -6,7 +6,11 @@
 #include "providers/scripted.hpp"
 
 #include <caf/actor_system.hpp>
-
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
 namespace sv {
 
 namespace {
@@ -148,6 +152,31 @@ prepare_provider(const provider_block& block) {
 provider_actor spawn_provider(caf::actor_system& sys,
                               const provider_block& block) {
   return prepare_provider(block)->spawn(sys);
+}
+
+provider_block load_provider_block(const std::string& path, size_t max_depth,
+                                   provider_config_file& file) {
+  if (path.empty())
+    return parse_provider_block(json{{"local", json::object()}});
+  auto where = "provider config " + path + ": ";
+  if (std::filesystem::is_directory(path))
+    throw std::runtime_error(where + "is a directory");
+  {
+    std::ifstream probe{path, std::ios::binary};
+    if (!probe)
+      throw std::runtime_error(where + std::strerror(errno));
+  }
+  yaml_limits limits;
+  limits.json.max_depth = max_depth;
+  limits.json.max_bytes = 16 << 20;
+  try {
+    file = load_provider_config(path, provider_names(), limits);
+    return parse_provider_block(file.block);
+  } catch (const config_error& e) {
+    throw std::runtime_error(where + e.what());
+  } catch (const json_error& e) {
+    throw std::runtime_error(where + file.describe(e));
+  }
 }
 
 } // namespace sv

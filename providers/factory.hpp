@@ -4,6 +4,7 @@
 // `{provider_name: {...settings}}` plus an optional `default_metadata` key.
 // Adding a backend means one entry in factory.cpp.
 
+#include "messages/config_file.hpp"
 #include "messages/provider.hpp"
 
 #include <memory>
@@ -49,6 +50,14 @@ public:
   /// release does it on a thread of its own.
   virtual void shut_down() = 0;
 };
+
+/// The provider block of a JSON or YAML file (messages/config_file.hpp), or
+/// `{"local": {}}` for an empty path; `file` keeps where each value came
+/// from, to place errors found later (`file.describe`). Throws
+/// `std::runtime_error` with a message that starts "provider config PATH: "
+/// and names the line and column where it can. One loader for every app.
+provider_block load_provider_block(const std::string& path, size_t max_depth,
+                                   provider_config_file& file);
 
 /// Makes the backend of a block. Blocks for up to seconds: call it on the
 /// main thread or a detached actor, never on a scheduler thread. Throws

@@ -104,7 +104,7 @@ std::optional<int> parse_cli(int argc, char** argv, cli_options& opts) {
                 "nodes block, the sum of the nodes' capacities)")
     ->check(CLI::Range(size_t{1}, size_t{1000000}));
   app.add_option("--provider-config", opts.provider_config,
-                 "JSON provider block file (default: {\"local\": {}})");
+                 "JSON or YAML provider block file (default: {\"local\": {}})");
   app.add_option("--work-dir", opts.work_dir,
                  "work_dir of lines that set none (sandbox-relative)");
   app
@@ -147,36 +147,13 @@ std::optional<int> parse_cli(int argc, char** argv, cli_options& opts) {
   return std::nullopt;
 }
 
-/// Opens a file to read, or says why not (naming it).
-void open_for_reading(std::ifstream& in, const std::string& path,
-                      const char* what) {
-  if (std::filesystem::is_directory(path))
-    throw usage_error(std::string{what} + " " + path + ": is a directory");
-  in.open(path, std::ios::binary);
-  if (!in)
-    throw usage_error(std::string{what} + " " + path + ": " +
-                      std::strerror(errno));
-}
-
-/// The provider block of a JSON or YAML file (messages/config_file.hpp);
-/// `file` keeps where each value came from, to place later errors.
-provider_block load_provider_block(const std::string& path, size_t max_depth,
+/// The provider block of `path` (providers/factory.hpp's one loader).
+provider_block read_provider_block(const std::string& path, size_t max_depth,
                                    provider_config_file& file) {
-  if (path.empty())
-    return parse_provider_block(json{{"local", json::object()}});
-  std::ifstream in;
-  open_for_reading(in, path, "provider config"); // names a missing file
-  auto where = "provider config " + path + ": ";
-  yaml_limits limits;
-  limits.json.max_depth = max_depth;
-  limits.json.max_bytes = 16 << 20;
   try {
-    file = load_provider_config(path, provider_names(), limits);
-    return parse_provider_block(file.block);
-  } catch (const config_error& e) {
-    throw usage_error(where + e.what());
-  } catch (const json_error& e) {
-    throw usage_error(where + file.describe(e));
+    return load_provider_block(path, max_depth, file);
+  } catch (const std::runtime_error& e) {
+    throw usage_error(e.what());
   }
 }
 
@@ -440,7 +417,7 @@ int run(cli_options opts, terminal_bar& bar) {
                       ": must be a relative path inside the sandbox");
   provider_config_file config_file;
   auto block =
-    load_provider_block(opts.provider_config, opts.max_json_depth, config_file);
+    read_provider_block(opts.provider_config, opts.max_json_depth, config_file);
   batch_io io;
   open_io({opts.input, opts.output, opts.summary_json, opts.resume}, io);
   io.wake.fd = ::eventfd(0, EFD_CLOEXEC);

@@ -68,7 +68,7 @@ std::optional<int> parse_cli(int argc, char** argv, cli_options& opts) {
   app.add_option("--listen", opts.listen, "HOST:PORT to accept fronts on")
     ->required();
   app.add_option("--provider-config", opts.provider_config,
-                 "JSON provider block file (default: {\"local\": {}})");
+                 "JSON or YAML provider block file (default: {\"local\": {}})");
   app
     .add_option("--capacity", opts.capacity,
                 "sandboxes at once (default: 2 x hardware threads)")
@@ -123,26 +123,20 @@ bool is_loopback(const std::string& host) {
   return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
 }
 
+/// The provider block of `path`, JSON or YAML (providers/factory.hpp's one
+/// loader); a node serves a real provider, never a `nodes` block.
 provider_block load_block(const std::string& path) {
-  if (path.empty())
-    return parse_provider_block(json{{"local", json::object()}});
-  std::ifstream in{path, std::ios::binary};
-  if (!in)
-    throw usage_error("provider config " + path + ": " + std::strerror(errno));
-  std::string text{std::istreambuf_iterator<char>{in},
-                   std::istreambuf_iterator<char>{}};
-  json doc;
-  if (auto err = parse_bounded(text, doc, json_limits{}); !err.empty())
-    throw usage_error("provider config " + path + ": not valid JSON: " + err);
+  provider_config_file file;
+  provider_block block;
   try {
-    auto block = parse_provider_block(doc);
-    if (block.name == "nodes")
-      throw usage_error("provider config " + path +
-                        ": a node cannot serve a nodes block");
-    return block;
-  } catch (const json_error& e) {
-    throw usage_error("provider config " + path + ": " + e.what());
+    block = load_provider_block(path, default_max_json_depth, file);
+  } catch (const std::runtime_error& e) {
+    throw usage_error(e.what());
   }
+  if (block.name == "nodes")
+    throw usage_error("provider config " + path +
+                      ": a node cannot serve a nodes block");
+  return block;
 }
 
 int run(const cli_options& opts, const sigset_t& signals) {

@@ -87,7 +87,7 @@ std::optional<int> parse_cli(int argc, char** argv, cli_options& opts) {
   app.add_option("--listen", opts.listen, "HOST:PORT (port 0: any free one)")
     ->required();
   app.add_option("--provider-config", opts.provider_config,
-                 "JSON provider block file (default: {\"local\": {}})");
+                 "JSON or YAML provider block file (default: {\"local\": {}})");
   app.add_option("--token-file", opts.token_file,
                  "bearer tokens, one a line (re-read on SIGHUP)");
   app.add_option("--tls-cert", opts.tls_cert, "not supported yet");
@@ -178,23 +178,14 @@ void parse_listen(const cli_options& opts, serve::server_options& out) {
   out.port = static_cast<uint16_t>(port);
 }
 
-provider_block load_provider_block(const std::string& path, size_t max_depth) {
-  if (path.empty())
-    return parse_provider_block(json{{"local", json::object()}});
-  std::ifstream in{path, std::ios::binary};
-  if (!in)
-    throw usage_error("provider config " + path + ": cannot open");
-  std::string text{std::istreambuf_iterator<char>{in},
-                   std::istreambuf_iterator<char>{}};
-  json doc;
-  json_limits limits;
-  limits.max_depth = max_depth;
-  if (auto err = parse_bounded(text, doc, limits); !err.empty())
-    throw usage_error("provider config " + path + ": not valid JSON: " + err);
+/// The provider block of `path`, JSON or YAML (providers/factory.hpp's one
+/// loader).
+provider_block read_provider_block(const std::string& path, size_t max_depth) {
+  provider_config_file file;
   try {
-    return parse_provider_block(doc);
-  } catch (const json_error& e) {
-    throw usage_error("provider config " + path + ": " + e.what());
+    return load_provider_block(path, max_depth, file);
+  } catch (const std::runtime_error& e) {
+    throw usage_error(e.what());
   }
 }
 
@@ -235,7 +226,7 @@ int run(const cli_options& opts) {
   } catch (const std::runtime_error& e) {
     throw usage_error(e.what());
   }
-  auto block = load_provider_block(opts.provider_config, opts.max_json_depth);
+  auto block = read_provider_block(opts.provider_config, opts.max_json_depth);
   std::shared_ptr<provider_backend> backend;
   try {
     backend = prepare_provider(block);
