@@ -240,23 +240,32 @@ namespace {
 
 using interval = std::pair<uint64_t, uint64_t>; // [first, last + 1)
 
-void read_subids(const std::string& path, std::vector<interval>& out) {
+/// Calls `f(line, a, b)` for each line of `path` with at least two ':',
+/// `a` and `b` their positions (the files are `name:field:field...`).
+template <class F>
+void for_each_colon_line(const std::string& path, F f) {
   std::ifstream in{path};
   std::string line;
   while (std::getline(in, line)) {
-    // name:start:count
     auto a = line.find(':');
     auto b = a == std::string::npos ? a : line.find(':', a + 1);
     if (b == std::string::npos)
       continue;
     try {
-      auto start = std::stoull(line.substr(a + 1, b - a - 1));
-      auto count = std::stoull(line.substr(b + 1));
-      out.emplace_back(start, start + count);
+      f(line, a, b);
     } catch (const std::exception&) {
-      // not a range: skip
+      // not a number: skip the line
     }
   }
+}
+
+void read_subids(const std::string& path, std::vector<interval>& out) {
+  // name:start:count
+  for_each_colon_line(path, [&](const std::string& line, size_t a, size_t b) {
+    auto start = std::stoull(line.substr(a + 1, b - a - 1));
+    auto count = std::stoull(line.substr(b + 1));
+    out.emplace_back(start, start + count);
+  });
 }
 
 void read_login_defs(const std::string& path, std::vector<interval>& out) {
@@ -281,21 +290,11 @@ void read_login_defs(const std::string& path, std::vector<interval>& out) {
 }
 
 void read_ids(const std::string& path, std::vector<interval>& out) {
-  std::ifstream in{path};
-  std::string line;
-  while (std::getline(in, line)) {
-    // name:x:id:...
-    auto a = line.find(':');
-    auto b = a == std::string::npos ? a : line.find(':', a + 1);
-    if (b == std::string::npos)
-      continue;
-    try {
-      auto id = std::stoull(line.substr(b + 1));
-      out.emplace_back(id, id + 1);
-    } catch (const std::exception&) {
-      // skip
-    }
-  }
+  // name:x:id:...
+  for_each_colon_line(path, [&](const std::string& line, size_t, size_t b) {
+    auto id = std::stoull(line.substr(b + 1));
+    out.emplace_back(id, id + 1);
+  });
 }
 
 } // namespace
