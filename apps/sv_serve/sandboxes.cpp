@@ -40,7 +40,9 @@ using clock = std::chrono::steady_clock;
 sandbox_reply json_reply(unsigned status, const json& body) {
   sandbox_reply r;
   r.status = status;
-  r.body = body.dump() + "\n";
+  // Sandbox output and ids from the path may be any bytes: invalid UTF-8
+  // becomes U+FFFD instead of an exception.
+  r.body = body.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
   return r;
 }
 
@@ -610,8 +612,7 @@ void on_sandbox_call(api_ptr self, const sandbox_call& call,
   }
 }
 
-void on_call(api_ptr self, sandbox_call& call, sandbox_reply_fn& fn) {
-  auto slot = hold(self, std::move(fn));
+void on_call(api_ptr self, sandbox_call& call, uint64_t slot) {
   auto t = parse_target(call);
   if (*t.allow == '\0')
     return answer(self, slot,
@@ -642,7 +643,8 @@ void on_call(api_ptr self, sandbox_call& call, sandbox_reply_fn& fn) {
   } catch (const std::exception& e) {
     return answer(self, slot, schema_error(e));
   }
-  start_create(self, call, std::move(spec), j.dump(), slot);
+  start_create(self, call, std::move(spec),
+               j.dump(-1, ' ', false, json::error_handler_t::replace), slot);
 }
 
 void reap(api_ptr self) {
@@ -679,8 +681,17 @@ caf::behavior api_actor(api_ptr self, std::shared_ptr<inbox> in) {
         std::lock_guard<std::mutex> guard{in->mtx};
         calls.swap(in->calls);
       }
-      for (auto& [call, fn] : calls)
-        on_call(self, call, fn);
+      for (auto& [call, fn] : calls) {
+        auto slot = hold(self, std::move(fn));
+        // An exception would kill the owner of every sandbox: answer 500.
+        try {
+          on_call(self, call, slot);
+        } catch (const std::exception& e) {
+          spdlog::error("sandbox API: {} {}: {}", call.method, call.target,
+                        e.what());
+          answer(self, slot, error_reply(500, "internal", e.what()));
+        }
+      }
     },
     [=](reap_atom) {
       if (self->state.finishing)
