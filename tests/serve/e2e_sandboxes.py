@@ -80,7 +80,7 @@ def api_routes(binary, tmp):
         check(st == 200 and js(raw) == {"status": "running"},
               f"status: {st} {raw}", s)
         st, _, raw = call(s, "PUT", base + "/files",
-                          {"dir": "/sandbox", "files": {"a.txt": "hi"}},
+                          {"dir": "", "files": {"a.txt": "hi"}},
                           token="alice")
         check(st == 204 and raw == b"", f"upload: {st} {raw}", s)
         st, _, raw = call(s, "POST", base + "/exec",
