@@ -766,7 +766,7 @@ sandbox_api::sandbox_api(caf::actor_system& sys,
 }
 
 sandbox_api::~sandbox_api() {
-  if (impl_ && !impl_->in->done)
+  if (!ended())
     shut_down(std::chrono::seconds{10});
 }
 
@@ -789,8 +789,16 @@ void sandbox_api::drain() {
 }
 
 bool sandbox_api::shut_down(std::chrono::milliseconds timeout) {
-  auto& fut = impl_->finished;
+  begin_shut_down();
+  return wait_shut_down(timeout);
+}
+
+void sandbox_api::begin_shut_down() {
   caf::anon_send(impl_->actor, finish_atom::value);
+}
+
+bool sandbox_api::wait_shut_down(std::chrono::milliseconds timeout) {
+  auto& fut = impl_->finished;
   if (fut.wait_for(timeout) == std::future_status::ready)
     return true;
   spdlog::warn("the sandbox API did not stop its sandboxes within {} ms "
@@ -799,6 +807,10 @@ bool sandbox_api::shut_down(std::chrono::milliseconds timeout) {
   caf::anon_send(impl_->actor, abort_atom::value);
   fut.wait_for(std::chrono::seconds{5});
   return false;
+}
+
+bool sandbox_api::ended() const {
+  return impl_->in->done;
 }
 
 } // namespace sv::serve
