@@ -362,7 +362,7 @@ TEST_CASE("a failed create fails every caller that joined it and forgets "
   CHECK(f.world->creates() == 1);
 }
 
-TEST_CASE("provider errors keep their names; a lost reply is 504") {
+TEST_CASE("provider errors keep their names, a lost reply is 504") {
   scripted_script script;
   script.steps[scripted_op::exec] = {
     {scripted_fault::error, caf::timespan{0}, false}};
@@ -435,7 +435,7 @@ TEST_CASE("per-token limit: 429 with Retry-After beyond it") {
   CHECK(f.world->creates() == 4);
 }
 
-TEST_CASE("draining refuses creates; shutting down stops every sandbox") {
+TEST_CASE("draining refuses creates, shutting down stops every sandbox") {
   api_fixture f;
   f.create("alice");
   f.create("bob");
