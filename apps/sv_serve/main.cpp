@@ -8,6 +8,8 @@
 #include "apps/sv_serve/metrics.hpp"
 #include "apps/sv_serve/server.hpp"
 #include "apps/sv_serve/tokens.hpp"
+#include "cache/cache_front.hpp"
+#include "cache/result_cache.hpp"
 #include "messages/batch_format.hpp"
 #include "messages/bounded_json.hpp"
 #include "messages/json.hpp"
@@ -55,6 +57,7 @@ struct cli_options {
   double body_timeout_s = 60;
   double drain_timeout_s = 120;
   size_t threads = 2;
+  std::string cache;
 };
 
 constexpr const char* help_footer = R"(
@@ -130,6 +133,9 @@ std::optional<int> parse_cli(int argc, char** argv, cli_options& opts) {
                 "how long SIGTERM waits for the work in flight")
     ->capture_default_str()
     ->check(CLI::Range(0.0, 86400.0));
+  app.add_option("--cache", opts.cache,
+                 "an SQLite result cache shared with sv-grade and other "
+                 "sv-serve processes (README, \"Result cache\")");
   app.add_option("--threads", opts.threads, "Asio threads")
     ->capture_default_str()
     ->check(CLI::Range(size_t{1}, size_t{256}));
@@ -227,6 +233,15 @@ int run(const cli_options& opts) {
     throw usage_error(e.what());
   }
   auto block = read_provider_block(opts.provider_config, opts.max_json_depth);
+  // Opened before anything starts (SQLite blocks; this is the main thread).
+  std::shared_ptr<result_cache> cache;
+  if (!opts.cache.empty()) {
+    try {
+      cache = std::make_shared<result_cache>(opts.cache);
+    } catch (const cache_error& e) {
+      throw usage_error(e.what());
+    }
+  }
   std::shared_ptr<provider_backend> backend;
   try {
     backend = prepare_provider(block);
@@ -261,6 +276,16 @@ int run(const cli_options& opts) {
   serve::server_context ctx;
   ctx.sys = &sys;
   ctx.supervisor = supervisor;
+  if (cache) {
+    // Requests reach the supervisor through the cache's front (a detached
+    // actor that dies with the supervisor).
+    ctx.supervisor = spawn_cache_front(sys, supervisor, cache,
+                                       provider_identity(block), limits);
+    counters.track_cache([cache] {
+      auto& c = cache->counters();
+      return serve::metrics::cache_counts{c.hits, c.misses};
+    });
+  }
   ctx.tokens = tokens.get();
   ctx.counters = &counters;
   ctx.announce = [](const std::string& line) {

@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -27,6 +28,14 @@ public:
   /// `n` verifications were cancelled (their client went away).
   void cancelled(uint64_t n);
 
+  /// The result cache's hits and misses so far (`--cache`).
+  struct cache_counts {
+    uint64_t hits = 0;
+    uint64_t misses = 0;
+  };
+  /// With a cache: `read` (thread-safe) gives its counts at each render.
+  void track_cache(std::function<cache_counts()> read);
+
   /// The text of GET /metrics; `stats` from the supervisor when it answered.
   std::string render(const std::optional<supervisor_stats>& stats) const;
 
@@ -45,6 +54,7 @@ private:
   histogram total_;
   uint64_t in_flight_ = 0;
   uint64_t cancelled_ = 0;
+  std::function<cache_counts()> cache_;
 };
 
 } // namespace sv::serve
