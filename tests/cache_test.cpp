@@ -4,6 +4,7 @@
 // tested end to end in tests/cache/e2e_cache.py.
 
 #include "cache/result_cache.hpp"
+#include "messages/batch_format.hpp"
 #include "providers/factory.hpp"
 
 #include <catch2/catch.hpp>
@@ -173,4 +174,22 @@ TEST_CASE("a database of something else is refused, not written") {
                        nullptr) == SQLITE_OK);
   sqlite3_close(db);
   CHECK_THROWS_WITH(result_cache{foreign}, Catch::Contains("something else"));
+}
+
+TEST_CASE("a cached outcome is marked in its output line, others are not") {
+  batch_entry entry;
+  entry.line = 3;
+  entry.outcome.id = "a";
+  entry.outcome.ok = true;
+  entry.outcome.result = {{"reward", 1.0}};
+  auto plain = render_output_line(entry);
+  CHECK(plain.find("cached") == std::string::npos);
+  entry.outcome.cached = true;
+  auto line = render_output_line(entry);
+  CHECK(line.find(R"(,"cached":true,"line":3})") != std::string::npos);
+  auto back = json::parse(line);
+  back.erase("line");
+  auto out = back.get<verification_outcome>();
+  CHECK(out.cached);
+  CHECK(out.result == json{{"reward", 1.0}});
 }

@@ -277,7 +277,7 @@ def run_verification_sandbox(provider: Dict[str, Any],
     return _finish(status, data, parse_result)
 
 
-async def _exchange(target, body, timeout):
+async def _exchange(target, body):
     ctx = ssl.create_default_context() if target.tls else None
     reader, writer = await asyncio.open_connection(target.host, target.port,
                                                    ssl=ctx)
@@ -335,7 +335,7 @@ async def run_verification_sandbox_async(
     timeout = _deadline_s(config, exec_timeout_s)
     try:
         status, data = await asyncio.wait_for(
-            _exchange(target, body, timeout), timeout)
+            _exchange(target, body), timeout)
     except asyncio.TimeoutError:
         raise _unavailable(f"sv-serve did not answer within {timeout:.0f} s",
                            "timeout") from None
