@@ -73,12 +73,13 @@ std::string cache_key(const verification_request& req, const json& provider) {
 
 result_cache::result_cache(const std::string& path, int busy_timeout_ms)
     : path_(path) {
+  // A failed open still returns a handle (holding the error) to close.
   int rc = sqlite3_open_v2(
     path.c_str(), &db_,
     SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
-  if (rc != SQLITE_OK)
-    fail("cannot open");
   try {
+    if (rc != SQLITE_OK)
+      fail("cannot open");
     sqlite3_busy_timeout(db_, busy_timeout_ms);
     // Reads the header: a file that is not a database fails here.
     exec("PRAGMA journal_mode=WAL");
