@@ -6,6 +6,11 @@
 #   find_package(sandbox_verification REQUIRED)
 #   target_link_libraries(my_app PRIVATE sandbox_verification::sv)
 #
+# and the test kit, for message-level tests of the user's own services:
+#
+#   find_package(sandbox_verification REQUIRED COMPONENTS testing)
+#   target_link_libraries(my_tests PRIVATE sandbox_verification::testing)
+#
 # An app installs itself next to its add_executable (apps/CMakeLists.txt):
 #   install(TARGETS sv-grade RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 # `cpack -G DEB` (in the build directory) packs the same into a .deb.
@@ -14,9 +19,9 @@ include(CMakePackageConfigHelpers)
 
 set(SV_INSTALL_CMAKEDIR "${CMAKE_INSTALL_LIBDIR}/cmake/sandbox_verification")
 
-install(TARGETS sv EXPORT sandbox_verificationTargets
+install(TARGETS sv sv_testing EXPORT sandbox_verificationTargets
         ARCHIVE DESTINATION "${CMAKE_INSTALL_LIBDIR}")
-foreach(dir messages actors providers facade)
+foreach(dir messages actors providers facade testing)
   install(DIRECTORY "${PROJECT_SOURCE_DIR}/${dir}"
           DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}/sandbox_verification"
           FILES_MATCHING PATTERN "*.hpp")
@@ -48,7 +53,7 @@ set(CPACK_DEBIAN_PACKAGE_SECTION "devel")
 # Debian's names: the -dev packages (the library is static and its headers
 # include theirs), bubblewrap and setpriv for the local provider's isolation.
 set(CPACK_DEBIAN_PACKAGE_DEPENDS
-    "libcaf-dev (>= 0.17.6), libcaf-dev (<< 0.17.7), nlohmann-json3-dev (>= 3.11), libboost1.81-dev, libspdlog-dev (>= 1:1.10), libyaml-cpp-dev (>= 0.7), libseccomp-dev (>= 2.5), pkg-config, python3")
+    "libcaf-dev (>= 0.17.6), libcaf-dev (<< 0.17.7), nlohmann-json3-dev (>= 3.11), libboost1.81-dev, libspdlog-dev (>= 1:1.10), libyaml-cpp-dev (>= 0.7), libseccomp-dev (>= 2.5), pkg-config, libsqlite3-0 (>= 3.7.0), libssl3, python3")
 set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "bubblewrap, util-linux")
 set(CPACK_GENERATOR "DEB")
 include(CPack)

@@ -88,6 +88,8 @@ output_line_parts render_output_parts(const batch_entry& entry) {
   tail = ",\"failure\":";
   tail += x.ok ? "null" : dump(json(x.failure));
   tail += ",\"timings_ms\":" + dump(json(x.timings));
+  if (x.cached)
+    tail += ",\"cached\":true";
   tail += ",\"line\":" + std::to_string(entry.line) + "}";
   return out;
 }

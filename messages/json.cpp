@@ -426,11 +426,14 @@ void to_json(json& j, const verification_outcome& x) {
            {"result", x.ok ? x.result : json(nullptr)},
            {"failure", x.ok ? json(nullptr) : json(x.failure)},
            {"timings_ms", x.timings}};
+  if (x.cached)
+    j["cached"] = true;
 }
 
 void from_json(const json& j, verification_outcome& x) {
-  check_object(j, "verification_outcome",
-               {"id", "ok", "mask_sample", "result", "failure", "timings_ms"});
+  check_object(
+    j, "verification_outcome",
+    {"id", "ok", "mask_sample", "result", "failure", "timings_ms", "cached"});
   x = verification_outcome();
   required(j, "id", x.id);
   required(j, "ok", x.ok);
@@ -444,6 +447,7 @@ void from_json(const json& j, verification_outcome& x) {
     throw json_error("failure", "must be null when ok is true");
   }
   field(j, "timings_ms", x.timings);
+  field(j, "cached", x.cached);
 }
 
 void to_json(json& j, const supervisor_stats& x) {

@@ -141,6 +141,8 @@ struct verification_outcome {
   json result;
   verification_failure failure;
   state_timings timings;
+  /// Answered from the result cache (`--cache`), without a sandbox.
+  bool cached = false;
 };
 
 /// What a supervisor has done so far.
@@ -260,7 +262,7 @@ typename Inspector::result_type inspect(Inspector& f, state_timings& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, verification_outcome& x) {
   return f(caf::meta::type_name("sv::verification_outcome"), x.id, x.ok,
-           x.result, x.failure, x.timings);
+           x.result, x.failure, x.timings, x.cached);
 }
 
 template <class Inspector>

@@ -12,6 +12,7 @@ packages=(
   openssl                        # the CLI: test CAs of the nodes e2e test
   nlohmann-json3-dev libboost1.81-dev libspdlog-dev libcli11-dev
   libyaml-cpp-dev                # YAML provider configs
+  libsqlite3-dev libssl-dev      # the result cache (--cache): SQLite, SHA-256
   catch2                         # Catch2 2.13 (tests)
   python3                        # runners, job generator, end-to-end tests
   bubblewrap                     # isolation of the local provider

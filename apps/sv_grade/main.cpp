@@ -13,6 +13,8 @@
 #include "apps/sv_grade/output_writer.hpp"
 #include "apps/sv_grade/resume.hpp"
 #include "apps/sv_grade/signals.hpp"
+#include "cache/cache_front.hpp"
+#include "cache/result_cache.hpp"
 #include "messages/bounded_json.hpp"
 #include "messages/config_file.hpp"
 #include "messages/json.hpp"
@@ -64,6 +66,7 @@ struct cli_options {
   size_t max_json_depth = default_max_json_depth;
   size_t max_line_bytes = size_t{64} << 20;
   bool resume = false;
+  std::string cache;
 };
 
 constexpr const char* help_footer = R"(
@@ -134,6 +137,10 @@ std::optional<int> parse_cli(int argc, char** argv, cli_options& opts) {
     ->check(CLI::Range(size_t{1}, size_t{1} << 40));
   app.add_option("--summary-json", opts.summary_json,
                  "also write the summary as JSON to this file");
+  app.add_option("--cache", opts.cache,
+                 "an SQLite result cache: a line whose outcome-deciding "
+                 "inputs were graded ok before is answered from it "
+                 "(\"cached\": true); ok results are stored");
   app.add_flag("--resume", opts.resume,
                "keep the output file's complete lines, repair a torn last "
                "line, grade only the input lines it does not answer, append");
@@ -418,6 +425,16 @@ int run(cli_options opts, terminal_bar& bar) {
   provider_config_file config_file;
   auto block =
     read_provider_block(opts.provider_config, opts.max_json_depth, config_file);
+  // Opened here, on the main thread (SQLite blocks): a file that cannot be
+  // a cache is a usage error before anything starts.
+  std::shared_ptr<result_cache> cache;
+  if (!opts.cache.empty()) {
+    try {
+      cache = std::make_shared<result_cache>(opts.cache);
+    } catch (const cache_error& e) {
+      throw usage_error(e.what());
+    }
+  }
   batch_io io;
   open_io({opts.input, opts.output, opts.summary_json, opts.resume}, io);
   io.wake.fd = ::eventfd(0, EFD_CLOEXEC);
@@ -486,7 +503,16 @@ int run(cli_options opts, terminal_bar& bar) {
   std::atomic_store(&writer_slot, writer);
   if (signals.first() != 0)
     writer->close(); // a signal came before the writer existed
-  auto driver = spawn_batch_driver(sys, supervisor, writer);
+  // With --cache, the driver talks to the cache's front of the supervisor
+  // (cache/cache_front.hpp: a detached actor; it dies with the supervisor).
+  auto front = supervisor;
+  if (cache) {
+    json_limits limits;
+    limits.max_depth = opts.max_json_depth;
+    front = spawn_cache_front(sys, supervisor, cache, provider_identity(block),
+                              limits);
+  }
+  auto driver = spawn_batch_driver(sys, front, writer);
   spdlog::info("grading on provider {} with concurrency {}", block.name,
                opts.concurrency);
   line_reader reader{io.in, io.wake.fd, opts.max_line_bytes};
@@ -510,6 +536,11 @@ int run(cli_options opts, terminal_bar& bar) {
   auto& summary = writer->summary_for_update();
   if (stats)
     summary.set_supervisor_stats(*stats);
+  if (cache) {
+    auto& c = cache->counters();
+    summary.set_cache(
+      cache_use{cache->path(), c.hits, c.misses, c.stored, c.errors});
+  }
   summary.set_memory(memory);
   summary.set_nodes(node_table);
   auto sig = signals.first();

@@ -69,6 +69,8 @@ void batch_summary::add(const batch_entry& entry) {
     if (out.timings.exec >= 0)
       overhead_ms_.push_back(out.timings.total - out.timings.exec);
   }
+  if (out.cached)
+    ++cached_;
   if (out.ok) {
     ++ok_;
     auto i =
@@ -157,6 +159,14 @@ std::string batch_summary::render(double wall_s) const {
            num("failed_by_node_loss") + ", losses " + num("losses") +
            (n.value("up", false) ? "" : " (down)") + "\n";
   }
+  if (cache_) {
+    auto& c = *cache_;
+    out +=
+      "  cache        " + std::to_string(cached_) + " lines from " + c.path +
+      " (" + std::to_string(c.hits) + " hits, " + std::to_string(c.misses) +
+      " misses, " + std::to_string(c.stored) + " stored" +
+      (c.errors > 0 ? ", " + std::to_string(c.errors) + " errors" : "") + ")\n";
+  }
   if (memory_) {
     out += "  memory       rss start " + fixed(memory_->start_kib / 1024.0, 1) +
            " MiB, peak " + fixed(memory_->peak_kib / 1024.0, 1) + " MiB, end " +
@@ -209,6 +219,10 @@ json batch_summary::to_json(double wall_s) const {
     out["supervisor"] = *stats_;
   if (!nodes_.empty())
     out["nodes"] = nodes_;
+  if (cache_)
+    out["cache"] = json{{"path", cache_->path},     {"lines", cached_},
+                        {"hits", cache_->hits},     {"misses", cache_->misses},
+                        {"stored", cache_->stored}, {"errors", cache_->errors}};
   if (memory_) {
     out["memory_kib"] = json{{"rss_start", memory_->start_kib},
                              {"rss_peak", memory_->peak_kib},

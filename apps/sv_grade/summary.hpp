@@ -52,6 +52,15 @@ struct batch_end {
   uint64_t unanswered = 0;
 };
 
+/// What the result cache did (`--cache`).
+struct cache_use {
+  std::string path;
+  uint64_t hits = 0;
+  uint64_t misses = 0;
+  uint64_t stored = 0;
+  uint64_t errors = 0;
+};
+
 class batch_summary {
 public:
   /// Counts one output line.
@@ -99,6 +108,12 @@ public:
 
   void set_memory(const memory_use& memory) { memory_ = memory; }
 
+  /// The result cache's counters (hits, misses, stored).
+  void set_cache(const cache_use& cache) { cache_ = cache; }
+
+  /// Output lines answered from the result cache.
+  uint64_t cached() const noexcept { return cached_; }
+
   /// The per-node table of a nodes provider (providers/nodes: a JSON array
   /// of objects with endpoint, sandboxes, losses, ...).
   void set_nodes(const json& nodes) { nodes_ = nodes; }
@@ -122,6 +137,8 @@ private:
   std::vector<double> overhead_ms_;
   std::optional<supervisor_stats> stats_;
   std::optional<memory_use> memory_;
+  std::optional<cache_use> cache_;
+  uint64_t cached_ = 0;
   std::optional<batch_end> end_;
   json nodes_ = json::array();
 };

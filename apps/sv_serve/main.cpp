@@ -9,6 +9,8 @@
 #include "apps/sv_serve/sandboxes.hpp"
 #include "apps/sv_serve/server.hpp"
 #include "apps/sv_serve/tokens.hpp"
+#include "cache/cache_front.hpp"
+#include "cache/result_cache.hpp"
 #include "messages/batch_format.hpp"
 #include "messages/bounded_json.hpp"
 #include "messages/json.hpp"
@@ -57,6 +59,7 @@ struct cli_options {
   double drain_timeout_s = 120;
   size_t threads = 2;
   serve::sandbox_api_options sandboxes;
+  std::string cache;
 };
 
 constexpr const char* help_footer = R"(
@@ -157,6 +160,9 @@ std::optional<int> parse_cli(int argc, char** argv, cli_options& opts) {
                 "sandbox API: live sandboxes per token; beyond it 429")
     ->capture_default_str()
     ->check(CLI::Range(size_t{1}, size_t{1000000}));
+  app.add_option("--cache", opts.cache,
+                 "an SQLite result cache shared with sv-grade and other "
+                 "sv-serve processes (README, \"Result cache\")");
   app.add_option("--threads", opts.threads, "Asio threads")
     ->capture_default_str()
     ->check(CLI::Range(size_t{1}, size_t{256}));
@@ -260,6 +266,15 @@ int run(const cli_options& opts) {
     throw usage_error(e.what());
   }
   auto block = read_provider_block(opts.provider_config, opts.max_json_depth);
+  // Opened before anything starts (SQLite blocks; this is the main thread).
+  std::shared_ptr<result_cache> cache;
+  if (!opts.cache.empty()) {
+    try {
+      cache = std::make_shared<result_cache>(opts.cache);
+    } catch (const cache_error& e) {
+      throw usage_error(e.what());
+    }
+  }
   std::shared_ptr<provider_backend> backend;
   try {
     backend = prepare_provider(block);
@@ -300,6 +315,16 @@ int run(const cli_options& opts) {
   ctx.sandboxes = &sandboxes;
   ctx.sys = &sys;
   ctx.supervisor = supervisor;
+  if (cache) {
+    // Requests reach the supervisor through the cache's front (a detached
+    // actor that dies with the supervisor).
+    ctx.supervisor = spawn_cache_front(sys, supervisor, cache,
+                                       provider_identity(block), limits);
+    counters.track_cache([cache] {
+      auto& c = cache->counters();
+      return serve::metrics::cache_counts{c.hits, c.misses};
+    });
+  }
   ctx.tokens = tokens.get();
   ctx.counters = &counters;
   ctx.announce = [](const std::string& line) {

@@ -50,6 +50,11 @@ void metrics::finished(const verification_outcome& out) {
   total_.observe(t.total / 1000);
 }
 
+void metrics::track_cache(std::function<cache_counts()> read) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  cache_ = std::move(read);
+}
+
 void metrics::cancelled(uint64_t n) {
   std::lock_guard<std::mutex> guard{mtx_};
   in_flight_ -= std::min(in_flight_, n);
@@ -100,6 +105,13 @@ metrics::render(const std::optional<supervisor_stats>& stats) const {
         in_flight_);
   gauge(out, "sv_cancelled_total", "counter",
         "Verifications cancelled because their client went away.", cancelled_);
+  if (cache_) {
+    auto c = cache_();
+    gauge(out, "sv_cache_hits_total", "counter",
+          "Submissions answered from the result cache.", c.hits);
+    gauge(out, "sv_cache_misses_total", "counter",
+          "Submissions looked up in the result cache and graded.", c.misses);
+  }
   if (stats) {
     auto& s = *stats;
     gauge(out, "sv_queue_depth", "gauge",

@@ -8,6 +8,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -35,6 +36,13 @@ public:
     std::atomic<uint64_t> reaped{0};  // stopped by their TTL or idleness
   };
   api_sandboxes api;
+  /// The result cache's hits and misses so far (`--cache`).
+  struct cache_counts {
+    uint64_t hits = 0;
+    uint64_t misses = 0;
+  };
+  /// With a cache: `read` (thread-safe) gives its counts at each render.
+  void track_cache(std::function<cache_counts()> read);
 
   /// The text of GET /metrics; `stats` from the supervisor when it answered.
   std::string render(const std::optional<supervisor_stats>& stats) const;
@@ -54,6 +62,7 @@ private:
   histogram total_;
   uint64_t in_flight_ = 0;
   uint64_t cancelled_ = 0;
+  std::function<cache_counts()> cache_;
 };
 
 } // namespace sv::serve

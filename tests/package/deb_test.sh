@@ -13,11 +13,14 @@ deb=$(ls "$tmp"/*.deb)
 dpkg-deb -c "$deb" > "$tmp/contents"
 for f in ./usr/bin/sv-grade ./usr/lib/libsv.a \
          ./usr/include/sandbox_verification/messages/protocol.hpp \
+         ./usr/include/sandbox_verification/testing/grading_bench.hpp \
+         ./usr/lib/libsv_testing.a \
          ./usr/lib/cmake/sandbox_verification/sandbox_verificationConfig.cmake; do
   grep -q " $f\$" "$tmp/contents" || { echo "$deb lacks $f" >&2; exit 1; }
 done
 depends=$(dpkg-deb -f "$deb" Depends)
-for p in libcaf-dev nlohmann-json3-dev libboost1.81-dev libspdlog-dev libyaml-cpp-dev; do
+for p in libcaf-dev nlohmann-json3-dev libboost1.81-dev libspdlog-dev libyaml-cpp-dev \
+         libsqlite3-0 libssl3; do
   [[ $depends == *"$p"* ]] || { echo "Depends lacks $p: $depends" >&2; exit 1; }
 done
 echo "ok: $(basename "$deb"): $depends"

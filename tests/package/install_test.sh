@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The package as an outside project sees it: install the build tree into a
 # temporary prefix, configure examples/embed against it alone (no source
-# tree on its include path), build it and grade one submission with it.
+# tree on its include path), build it and grade one submission with it;
+# then the same for examples/testing, a user's message-level test built on
+# the test kit (find_package(... COMPONENTS testing)), and run its tests.
 # Usage: install_test.sh BUILD_DIR SOURCE_DIR PYTHON
 set -euo pipefail
 build=$1 src=$2 python=$3
@@ -11,21 +13,28 @@ cmake --install "$build" --prefix "$tmp/prefix" > "$tmp/install.log"
 test -x "$tmp/prefix/bin/sv-grade"
 test -f "$tmp/prefix/include/sandbox_verification/messages/protocol.hpp"
 test -f "$tmp/prefix/lib/cmake/sandbox_verification/sandbox_verificationConfig.cmake"
+test -f "$tmp/prefix/include/sandbox_verification/testing/grading_bench.hpp"
+test -f "$tmp/prefix/lib/libsv_testing.a"
 # Configure like a stranger: the prefix only, the compiler and flags of the
 # build (a sanitized library needs its runtime linked), ccache when set.
 launcher=$(sed -n 's/^CMAKE_CXX_COMPILER_LAUNCHER:[A-Z]*=//p' "$build/CMakeCache.txt")
 cxx=$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$build/CMakeCache.txt")
 type=$(sed -n 's/^CMAKE_BUILD_TYPE:[A-Z]*=//p' "$build/CMakeCache.txt")
-cmake -S "$src/examples/embed" -B "$tmp/embed" \
-      -DCMAKE_PREFIX_PATH="$tmp/prefix" -DCMAKE_CXX_COMPILER="$cxx" \
-      -DCMAKE_BUILD_TYPE="${type:-Release}" \
-      ${launcher:+-DCMAKE_CXX_COMPILER_LAUNCHER=$launcher} > "$tmp/configure.log" \
-  || { cat "$tmp/configure.log"; exit 1; }
-cmake --build "$tmp/embed" -j2 > "$tmp/build.log" || { cat "$tmp/build.log"; exit 1; }
-# The example must have compiled against the installed headers, not the tree.
-if grep -rq -- "-I$src" "$tmp/embed" --include=flags.make; then
-  echo "the example saw the source tree's headers" >&2
-  exit 1
-fi
+build_example() { # NAME: examples/NAME into $tmp/NAME
+  cmake -S "$src/examples/$1" -B "$tmp/$1" \
+        -DCMAKE_PREFIX_PATH="$tmp/prefix" -DCMAKE_CXX_COMPILER="$cxx" \
+        -DCMAKE_BUILD_TYPE="${type:-Release}" \
+        ${launcher:+-DCMAKE_CXX_COMPILER_LAUNCHER=$launcher} > "$tmp/configure-$1.log" \
+    || { cat "$tmp/configure-$1.log"; exit 1; }
+  cmake --build "$tmp/$1" -j2 > "$tmp/build-$1.log" || { cat "$tmp/build-$1.log"; exit 1; }
+  # It must have compiled against the installed headers, not the tree.
+  if grep -rq -- "-I$src" "$tmp/$1" --include=flags.make; then
+    echo "examples/$1 saw the source tree's headers" >&2
+    exit 1
+  fi
+}
+build_example embed
 "$tmp/embed/sv-embed-example" "$python"
 "$tmp/embed/sv-grader-example" "$python" | grep -qx "reward: 1.0"
+build_example testing
+"$tmp/testing/reward-service-test"

@@ -102,6 +102,26 @@ TEST_CASE("a summary without rewards says so") {
   CHECK(text.find("total ms     n/a") != std::string::npos);
 }
 
+TEST_CASE("the summary counts lines answered from the result cache") {
+  batch_summary s;
+  auto hit = ok_entry({{"reward", 1.0}}, 0.2, -1);
+  hit.outcome.cached = true;
+  s.add(hit);
+  s.add(ok_entry({{"reward", 1.0}}, 50, 40));
+  CHECK(s.cached() == 1);
+  CHECK(s.render(1).find("cache") == std::string::npos); // no --cache
+  s.set_cache(cache_use{"c.sqlite", 1, 1, 1, 0});
+  CHECK(s.render(1).find("  cache        1 lines from c.sqlite (1 hits, 1 "
+                         "misses, 1 stored)\n") != std::string::npos);
+  auto j = s.to_json(1)["cache"];
+  CHECK(j == json{{"path", "c.sqlite"},
+                  {"lines", 1},
+                  {"hits", 1},
+                  {"misses", 1},
+                  {"stored", 1},
+                  {"errors", 0}});
+}
+
 TEST_CASE("the progress line shows done, total, rate and ETA") {
   CHECK(render_progress(50, 100, 10) ==
         "[###############---------------] 50/100 50%  5.0/s  ETA 0:10");

@@ -1,0 +1,133 @@
+#include "cache/cache_front.hpp"
+
+#include "actors/quiet.hpp"
+#include "messages/batch_format.hpp"
+#include "messages/errors.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/sec.hpp>
+#include <caf/stateful_actor.hpp>
+#include <caf/system_messages.hpp>
+#include <caf/typed_event_based_actor.hpp>
+#include <chrono>
+#include <deque>
+#include <spdlog/spdlog.h>
+#include <unordered_map>
+
+namespace sv {
+
+namespace {
+
+/// The front also takes the supervisor's replies to its plain sends.
+using front_actor =
+  supervisor_actor::extend<caf::reacts_to<verification_outcome>>;
+
+/// Results larger than this are graded, not stored.
+constexpr size_t max_stored_bytes = size_t{16} << 20;
+
+struct front_state {
+  static inline const char* name = "sv.cache_front";
+  struct waiting {
+    caf::typed_response_promise<verification_outcome> promise;
+    std::string key;
+  };
+  /// Submissions passed on, by id, oldest first.
+  std::unordered_map<std::string, std::deque<waiting>> pending;
+};
+
+using front_ptr = front_actor::stateful_pointer<front_state>;
+
+std::string result_text(const json& result) {
+  if (auto* text = json_text_of(result))
+    return std::string(text->begin(), text->end());
+  return result.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+/// A hit as the outcome a verification would have given.
+std::optional<verification_outcome>
+hit(const std::string& id, const std::string& text, const json_limits& limits,
+    std::chrono::steady_clock::time_point started) {
+  verification_outcome out;
+  std::string error;
+  if (!parse_result_text(text, out.result, error, limits)) {
+    spdlog::warn("cache: a stored result is unreadable ({}); grading again",
+                 error);
+    return std::nullopt;
+  }
+  out.id = id;
+  out.ok = true;
+  out.cached = true;
+  out.timings.total = std::chrono::duration<double, std::milli>(
+                        std::chrono::steady_clock::now() - started)
+                        .count();
+  return out;
+}
+
+front_actor::behavior_type front(front_ptr self, supervisor_actor supervisor,
+                                 std::shared_ptr<result_cache> cache,
+                                 json provider, json_limits limits) {
+  self->set_default_handler(sv::log_and_drop_unexpected);
+  self->monitor(supervisor);
+  self->set_down_handler([self](caf::down_msg& dm) {
+    auto why =
+      dm.reason ? dm.reason : caf::make_error(caf::sec::request_receiver_down);
+    for (auto& [id, queue] : self->state.pending)
+      for (auto& w : queue)
+        w.promise.deliver(why);
+    self->state.pending.clear();
+    self->quit(dm.reason);
+  });
+  return {
+    [=](verify_atom,
+        verification_request& req) -> caf::result<verification_outcome> {
+      auto started = std::chrono::steady_clock::now();
+      std::string key;
+      try {
+        key = cache_key(req, provider);
+      } catch (const std::exception& e) {
+        spdlog::warn("cache: no key for {}: {}", req.id, e.what());
+      }
+      if (!key.empty())
+        if (auto text = cache->lookup(key))
+          if (auto out = hit(req.id, *text, limits, started))
+            return std::move(*out);
+      auto promise = self->make_response_promise<verification_outcome>();
+      self->state.pending[req.id].push_back({promise, std::move(key)});
+      self->send(supervisor, verify_atom::value, std::move(req));
+      return promise;
+    },
+    [=](verification_outcome& out) {
+      auto& pending = self->state.pending;
+      auto i = pending.find(out.id);
+      if (i == pending.end())
+        return; // cancelled
+      auto waiting = std::move(i->second.front());
+      i->second.pop_front();
+      if (i->second.empty())
+        pending.erase(i);
+      if (out.ok && !waiting.key.empty()) {
+        auto text = result_text(out.result);
+        if (text.size() <= max_stored_bytes)
+          cache->store(waiting.key, text);
+      }
+      waiting.promise.deliver(std::move(out));
+    },
+    [=](stats_atom) { return self->delegate(supervisor, stats_atom::value); },
+    [=](cancel_atom, std::string& id) {
+      self->send(supervisor, cancel_atom::value, id);
+    },
+  };
+}
+
+} // namespace
+
+supervisor_actor spawn_cache_front(caf::actor_system& sys,
+                                   supervisor_actor supervisor,
+                                   std::shared_ptr<result_cache> cache,
+                                   json provider, json_limits limits) {
+  return sys.spawn<caf::detached>(front, std::move(supervisor),
+                                  std::move(cache), std::move(provider),
+                                  limits);
+}
+
+} // namespace sv

@@ -1,0 +1,32 @@
+#pragma once
+
+// The cache in front of a supervisor: an actor with the supervisor's
+// interface that answers a submission whose key is in the result cache at
+// once (`cached: true`, no sandbox), and passes the others on, storing each
+// `ok` outcome. It runs detached (a thread of its own), since every SQLite
+// call blocks; it never blocks a scheduler thread. It talks to the
+// supervisor with plain sends and matches replies by id (as sv-grade's
+// driver does: CAF 0.17's request() costs O(outstanding) per reply), and
+// dies with the supervisor, failing what it was waiting for.
+
+#include "cache/result_cache.hpp"
+#include "messages/bounded_json.hpp"
+#include "messages/provider.hpp"
+
+#include <memory>
+
+namespace caf {
+class actor_system;
+} // namespace caf
+
+namespace sv {
+
+/// Spawns the front of `supervisor` on `cache`; `provider` is the
+/// provider block's `provider_identity`. Cached results are read back
+/// within `limits`.
+supervisor_actor spawn_cache_front(caf::actor_system& sys,
+                                   supervisor_actor supervisor,
+                                   std::shared_ptr<result_cache> cache,
+                                   json provider, json_limits limits = {});
+
+} // namespace sv
