@@ -23,6 +23,7 @@
 #include <caf/response_promise.hpp>
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
+#include <algorithm>
 #include <chrono>
 #include <spdlog/spdlog.h>
 #include <unordered_map>
@@ -162,6 +163,12 @@ void send_create(create_attempt a) {
   auto& pool = client->pool;
   pool.submit(std::move(req), [a{std::move(a)}](http_outcome out) mutable {
     auto backoff = std::chrono::milliseconds{100 << (a.attempt - 1)};
+    if (out.ok && !out.response.retry_after.empty() &&
+        out.response.retry_after.size() < 6 &&
+        out.response.retry_after.find_first_not_of("0123456789") ==
+          std::string::npos)
+      backoff = std::max(backoff, std::chrono::milliseconds{std::stoi(
+                                    out.response.retry_after) * 1000});
     if (create_may_retry(out) && a.attempt < a.cfg->create_attempts &&
         steady::now() + 2 * backoff < a.deadline) {
       if (auto client = a.client.lock()) {

@@ -250,40 +250,26 @@ caf::error error_of(remote_op op, const remote_provider_config& cfg,
               std::to_string(status) + (code.empty() ? "" : " " + code) +
               (message.empty() ? "" : ": " + message);
   provider_errc named = provider_errc::sandbox_error;
-  bool has_name = errc_of(code, named);
+  // The server names a provider's own error by its provider_errc name
+  // (`unavailable` aside: there, only the server's provider is going).
+  if (errc_of(code, named) && named != provider_errc::unavailable &&
+      ((status >= 400 && status < 500) || status == 500))
+    return make_error(named, said);
   switch (status) {
   case 400:
-    // The server's own check of a path or a request.
-    if (has_name && (named == provider_errc::invalid_path ||
-                     named == provider_errc::invalid_argument))
-      return make_error(named, said);
-    return make_error(provider_errc::invalid_argument, said);
-  case 404:
-    if (op == remote_op::download && has_name &&
-        (named == provider_errc::not_found ||
-         named == provider_errc::not_regular_file))
-      return make_error(named, said);
-    return make_error(provider_errc::no_such_sandbox, said);
   case 409:
   case 413:
   case 422:
-    if (has_name && named != provider_errc::unavailable)
-      return make_error(named, said);
-    return make_error(status == 413 && op == remote_op::download
-                        ? provider_errc::too_large
-                        : provider_errc::invalid_argument,
-                      said);
+    return make_error(provider_errc::invalid_argument, said);
+  case 404:
+    return make_error(provider_errc::no_such_sandbox, said);
   case 504:
     return timeout_error();
   default:
-    break;
+    // 401 (the token), 429 (overloaded), 5xx and anything else
+    // unexpected: the server cannot serve this call now.
+    return make_error(provider_errc::sandbox_error, said);
   }
-  if (status >= 400 && status < 500 && has_name &&
-      named != provider_errc::unavailable)
-    return make_error(named, said);
-  // 401 (the token), 429 (overloaded), 5xx and anything else unexpected:
-  // the server cannot serve this call now.
-  return make_error(provider_errc::sandbox_error, said);
 }
 
 bool create_may_retry(const http_outcome& out) {
@@ -329,8 +315,6 @@ caf::expected<ok_atom> read_done(remote_op op,
                                  const http_outcome& out) {
   if (out.ok && out.response.status >= 200 && out.response.status < 300)
     return ok_atom::value;
-  if (op == remote_op::stop && out.ok && out.response.status == 404)
-    return ok_atom::value; // gone already
   return error_of(op, cfg, out);
 }
 

@@ -57,9 +57,10 @@ http_request make_stop(const remote_provider_config& cfg,
 // provider_unavailable and still stops its sandbox through this (live)
 // provider; `unavailable` stays what it means elsewhere: this provider actor
 // is going away. A passed deadline (ours, or the server's 504) is
-// `caf::sec::request_timeout`. A 4xx names the provider error in its body
-// (`{"error": {"code": ..., "message": ...}}`): 404 is `no_such_sandbox`,
-// or `not_found` for a download's missing file; 400 `invalid_argument`.
+// `caf::sec::request_timeout`. A 4xx or 500 whose body names a provider
+// error (`{"error": {"code": "not_found", ...}}`) is that error, so a
+// missing or oversized result.json stays the runner's fault; otherwise 404
+// is `no_such_sandbox` and 400, 409, 413, 422 `invalid_argument`.
 
 /// The error of a failed request or of an answer that is not the expected
 /// success.
@@ -74,8 +75,7 @@ caf::expected<sandbox_handle> read_create(const remote_provider_config& cfg,
                                           const http_outcome& out);
 caf::expected<sandbox_status> read_status(const remote_provider_config& cfg,
                                           const http_outcome& out);
-/// Upload and stop: 204 (a stop of an unknown sandbox is a success too:
-/// stop is idempotent, and a retried DELETE may find it gone).
+/// Upload and stop: 204 (sv-serve answers a repeated DELETE 204 too).
 caf::expected<ok_atom> read_done(remote_op op,
                                  const remote_provider_config& cfg,
                                  const http_outcome& out);
