@@ -6,6 +6,7 @@
 #include "actors/scheduler.hpp"
 #include "actors/supervisor.hpp"
 #include "apps/sv_serve/metrics.hpp"
+#include "apps/sv_serve/sandboxes.hpp"
 #include "apps/sv_serve/server.hpp"
 #include "apps/sv_serve/tokens.hpp"
 #include "messages/batch_format.hpp"
@@ -55,6 +56,7 @@ struct cli_options {
   double body_timeout_s = 60;
   double drain_timeout_s = 120;
   size_t threads = 2;
+  serve::sandbox_api_options sandboxes;
 };
 
 constexpr const char* help_footer = R"(
@@ -64,6 +66,9 @@ Endpoints:
                          400 invalid_request naming the field; 429 overloaded
   POST /v1/verify/batch  JSONL in -> JSONL out, chunked, in completion order,
                          one line per input line
+  POST /v1/sandboxes, GET|DELETE /v1/sandboxes/ID, PUT|GET
+  /v1/sandboxes/ID/files, POST /v1/sandboxes/ID/exec
+                         the sandbox API (DESIGN.md, "The sandbox API")
   GET /healthz           200 serving, 503 draining
   GET /metrics           Prometheus text
 Errors: 401 (WWW-Authenticate: Bearer), 404, 405 (Allow), 413 over
@@ -130,6 +135,27 @@ std::optional<int> parse_cli(int argc, char** argv, cli_options& opts) {
                 "how long SIGTERM waits for the work in flight")
     ->capture_default_str()
     ->check(CLI::Range(0.0, 86400.0));
+  auto& sbx = opts.sandboxes;
+  app
+    .add_option("--sandbox-ttl-s", sbx.default_ttl_s,
+                "sandbox API: TTL of a sandbox whose spec says 0")
+    ->capture_default_str()
+    ->check(CLI::Range(0.001, 1e7));
+  app
+    .add_option("--max-sandbox-ttl-s", sbx.max_ttl_s,
+                "sandbox API: the longest TTL a spec may ask for")
+    ->capture_default_str()
+    ->check(CLI::Range(0.001, 1e7));
+  app
+    .add_option("--sandbox-idle-s", sbx.idle_timeout_s,
+                "sandbox API: a sandbox nobody called for this long is stopped")
+    ->capture_default_str()
+    ->check(CLI::Range(0.001, 1e7));
+  app
+    .add_option("--max-sandboxes-per-token", sbx.max_per_owner,
+                "sandbox API: live sandboxes per token; beyond it 429")
+    ->capture_default_str()
+    ->check(CLI::Range(size_t{1}, size_t{1000000}));
   app.add_option("--threads", opts.threads, "Asio threads")
     ->capture_default_str()
     ->check(CLI::Range(size_t{1}, size_t{256}));
@@ -197,6 +223,11 @@ struct provider_set {
     std::lock_guard<std::mutex> guard{mtx};
     all.push_back(caf::actor_cast<caf::actor>(p));
   }
+  /// The one started last.
+  provider_actor latest() {
+    std::lock_guard<std::mutex> guard{mtx};
+    return caf::actor_cast<provider_actor>(all.back());
+  }
   void shut_down() {
     std::lock_guard<std::mutex> guard{mtx};
     for (auto& hdl : all)
@@ -258,7 +289,13 @@ int run(const cli_options& opts) {
   };
   auto supervisor = spawn_supervisor(sys, provider, std::move(scfg));
   serve::metrics counters;
+  auto sbx_opts = opts.sandboxes;
+  sbx_opts.max_json_depth = opts.max_json_depth;
+  sbx_opts.max_body_bytes = opts.max_body_bytes;
+  serve::sandbox_api sandboxes{sys, [providers] { return providers->latest(); },
+                               sbx_opts, &counters};
   serve::server_context ctx;
+  ctx.sandboxes = &sandboxes;
   ctx.sys = &sys;
   ctx.supervisor = supervisor;
   ctx.tokens = tokens.get();

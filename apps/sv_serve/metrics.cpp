@@ -108,8 +108,10 @@ metrics::render(const std::optional<supervisor_stats>& stats) const {
           "Verifications running in the supervisor.", s.in_flight);
     auto ended = s.sandboxes_stopped + s.stop_failures;
     gauge(out, "sv_sandboxes_live", "gauge",
-          "Sandboxes created and not yet stopped.",
-          s.sandboxes_created > ended ? s.sandboxes_created - ended : 0);
+          "Sandboxes created and not yet stopped (verifications' and the "
+          "sandbox API's).",
+          (s.sandboxes_created > ended ? s.sandboxes_created - ended : 0) +
+            api.live);
     gauge(out, "sv_sandboxes_created_total", "counter", "Sandboxes created.",
           s.sandboxes_created);
     gauge(out, "sv_sandboxes_stopped_total", "counter", "Sandboxes stopped.",
@@ -120,6 +122,13 @@ metrics::render(const std::optional<supervisor_stats>& stats) const {
     gauge(out, "sv_provider_restarts_total", "counter",
           "Providers replaced after they died.", s.provider_restarts);
   }
+  gauge(out, "sv_api_sandboxes_live", "gauge",
+        "Sandboxes of the sandbox API not yet stopped.", api.live);
+  gauge(out, "sv_api_sandbox_creates_total", "counter",
+        "Creates the sandbox API sent to the provider.", api.created);
+  gauge(out, "sv_api_sandboxes_reaped_total", "counter",
+        "Sandbox API sandboxes stopped by their TTL or idle timeout.",
+        api.reaped);
   out << "# HELP sv_http_requests_total HTTP requests answered, by code.\n"
          "# TYPE sv_http_requests_total counter\n";
   for (auto& [code, n] : http_)

@@ -6,6 +6,7 @@
 #include "messages/protocol.hpp"
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -26,6 +27,14 @@ public:
   void finished(const verification_outcome& out);
   /// `n` verifications were cancelled (their client went away).
   void cancelled(uint64_t n);
+
+  /// The sandboxes of the sandbox API (apps/sv_serve/sandboxes.cpp).
+  struct api_sandboxes {
+    std::atomic<uint64_t> live{0};
+    std::atomic<uint64_t> created{0}; // creates sent to the provider
+    std::atomic<uint64_t> reaped{0};  // stopped by their TTL or idleness
+  };
+  api_sandboxes api;
 
   /// The text of GET /metrics; `stats` from the supervisor when it answered.
   std::string render(const std::optional<supervisor_stats>& stats) const;

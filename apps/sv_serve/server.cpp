@@ -1,6 +1,7 @@
 #include "apps/sv_serve/server.hpp"
 
 #include "apps/sv_serve/bridge.hpp"
+#include "apps/sv_serve/sandboxes.hpp"
 #include "messages/batch_format.hpp"
 
 #include <array>
@@ -47,6 +48,7 @@ enum class route {
   metrics,
   verify,
   verify_batch,
+  sandboxes,
   not_found,
 };
 
@@ -60,6 +62,8 @@ route route_of(beast::string_view target) {
     return route::verify;
   if (path == "/v1/verify/batch")
     return route::verify_batch;
+  if (is_sandbox_path(path))
+    return route::sandboxes;
   return route::not_found;
 }
 
@@ -81,11 +85,13 @@ const char* allow_of(route r) {
 }
 
 bool needs_token(route r) {
-  return r == route::verify || r == route::verify_batch;
+  return r == route::verify || r == route::verify_batch ||
+         r == route::sandboxes;
 }
 
-std::string error_body(const std::string& message) {
-  return json{{"error", message}}.dump() + "\n";
+/// Every error of sv-serve: {"error": {"code": ..., "message": ...}}.
+std::string error_body(const char* code, const std::string& message) {
+  return json{{"error", {{"code", code}, {"message", message}}}}.dump() + "\n";
 }
 
 /// The status of a graded submission's answer.
@@ -134,8 +140,9 @@ private:
     // The body is still read (within --max-body-bytes and the body
     // deadline) before the 401: closing on unread data would reset the
     // connection and could take the answer with it.
-    unauthorized_ = needs_token(route_) && allowed(route_, req.method()) &&
-                    !st_->ctx.tokens->accepts(req[http::field::authorization]);
+    unauthorized_ =
+      needs_token(route_) && allowed(route_, req.method()) &&
+      !st_->ctx.tokens->accepts(req[http::field::authorization], owner_);
     if (beast::iequals(req[http::field::expect], "100-continue")) {
       static const std::string cont = "HTTP/1.1 100 Continue\r\n\r\n";
       net::async_write(
@@ -167,13 +174,15 @@ private:
     keep_alive_ = false;
     if (ec == http::error::body_limit)
       return respond(http::status::payload_too_large,
-                     error_body("body longer than --max-body-bytes " +
-                                std::to_string(st_->opts.max_body_bytes)));
+                     error_body("payload_too_large",
+                                "body longer than --max-body-bytes " +
+                                  std::to_string(st_->opts.max_body_bytes)));
     if (ec == http::error::header_limit)
       return respond(http::status::request_header_fields_too_large,
-                     error_body("header longer than " +
-                                std::to_string(st_->opts.max_header_bytes) +
-                                " bytes"));
+                     error_body("header_too_large",
+                                "header longer than " +
+                                  std::to_string(st_->opts.max_header_bytes) +
+                                  " bytes"));
     if (ec == beast::error::timeout) {
       spdlog::debug("a client was too slow to send its request");
       return close();
@@ -184,7 +193,7 @@ private:
       return close();
     // Anything else is a request that is not HTTP.
     respond(http::status::bad_request,
-            error_body("not an HTTP request: " + ec.message()));
+            error_body("bad_request", "not an HTTP request: " + ec.message()));
   }
 
   // -- routing ----------------------------------------------------------------
@@ -193,17 +202,19 @@ private:
     auto& req = parser_->get();
     if (unauthorized_) {
       req.body().clear();
-      return respond(http::status::unauthorized,
-                     error_body("missing or wrong bearer token"));
+      return respond(
+        http::status::unauthorized,
+        error_body("unauthorized", "missing or wrong bearer token"));
     }
     if (route_ == route::not_found)
-      return respond(http::status::not_found, error_body("no such endpoint"));
+      return respond(http::status::not_found,
+                     error_body("no_such_endpoint", "no such endpoint"));
     if (!allowed(route_, req.method())) {
       std::vector<std::pair<http::field, std::string>> extra{
         {http::field::allow, allow_of(route_)}};
       return respond(http::status::method_not_allowed,
-                     error_body("method not allowed"), "application/json",
-                     extra);
+                     error_body("method_not_allowed", "method not allowed"),
+                     "application/json", extra);
     }
     switch (route_) {
     case route::healthz:
@@ -217,10 +228,13 @@ private:
     case route::verify_batch:
       if (st_->draining)
         return respond(http::status::service_unavailable,
-                       error_body("draining: no new work"));
+                       error_body("draining", "draining: no new work"));
       return route_ == route::verify ? verify_one() : verify_batch();
+    case route::sandboxes:
+      return serve_sandbox();
     default:
-      return respond(http::status::not_found, error_body("no such endpoint"));
+      return respond(http::status::not_found,
+                     error_body("no_such_endpoint", "no such endpoint"));
     }
   }
 
@@ -234,6 +248,42 @@ private:
                                   "text/plain; version=0.0.4");
                   });
                 });
+  }
+
+  /// A call of the sandbox API: the actor answers on a CAF thread, the
+  /// answer is posted back to this strand.
+  void serve_sandbox() {
+    auto& req = parser_->get();
+    if (!st_->ctx.sandboxes)
+      return respond(http::status::not_found,
+                     error_body("no_such_endpoint", "no sandbox API here"));
+    sandbox_call call;
+    call.method = std::string{req.method_string()};
+    call.target = std::string{req.target()};
+    call.owner = owner_;
+    if (auto key = req.find("Idempotency-Key"); key != req.end()) {
+      call.has_idempotency_key = true;
+      call.idempotency_key = std::string{key->value()};
+    }
+    call.body = std::move(req.body());
+    req.body().clear();
+    ++st_->busy;
+    holding_busy_ = true;
+    auto self = shared_from_this();
+    st_->ctx.sandboxes->handle(std::move(call), [self](sandbox_reply r) {
+      net::post(self->stream_.get_executor(),
+                [self, r = std::move(r)]() mutable {
+                  self->on_sandbox_reply(std::move(r));
+                });
+    });
+  }
+
+  void on_sandbox_reply(sandbox_reply r) {
+    std::vector<std::pair<http::field, std::string>> extra;
+    for (auto& [name, value] : r.headers)
+      extra.emplace_back(http::string_to_field(name), value);
+    respond(static_cast<http::status>(r.status), std::move(r.body),
+            r.content_type.empty() ? nullptr : r.content_type.c_str(), extra);
   }
 
   json_limits limits() const {
@@ -410,7 +460,8 @@ private:
     auto res =
       std::make_shared<http::response<http::string_body>>(status, version);
     res->set(http::field::server, "sv-serve");
-    res->set(http::field::content_type, content_type);
+    if (content_type)
+      res->set(http::field::content_type, content_type);
     if (status == http::status::unauthorized)
       res->set(http::field::www_authenticate, "Bearer");
     for (auto& [field, value] : extra)
@@ -511,6 +562,8 @@ private:
   route route_ = route::not_found;
   bool keep_alive_ = false;
   bool unauthorized_ = false;
+  /// The token of the current request (owner of the sandboxes it makes).
+  std::string owner_;
   std::array<char, 4096> discard_;
   // The verifications of the current request.
   caf::actor client_;
@@ -611,6 +664,8 @@ private:
     spdlog::warn("signal {}: draining ({} requests in flight)", sig,
                  st_->busy.load());
     st_->draining = true;
+    if (st_->ctx.sandboxes)
+      st_->ctx.sandboxes->drain();
     deadline_ = std::chrono::steady_clock::now() + st_->opts.drain_timeout;
     check_drained();
     wait();
@@ -673,8 +728,10 @@ int run_server(const server_options& opts, const server_context& ctx) {
   ioc.run();
   for (auto& t : threads)
     t.join();
-  // The clients hold their sessions (and post to this io_context): end them
-  // before it goes.
+  // The sandbox API's and the grading clients' callbacks hold sessions (and
+  // post to this io_context): end them before it goes.
+  if (ctx.sandboxes)
+    ctx.sandboxes->shut_down(ctx.sandboxes_stop_timeout);
   end_all_clients();
   if (!wait_clients_gone(std::chrono::seconds{10}))
     spdlog::warn("some clients did not end within 10 s");

@@ -22,6 +22,8 @@ class actor_system;
 
 namespace sv::serve {
 
+class sandbox_api;
+
 struct server_options {
   std::string host = "127.0.0.1";
   uint16_t port = 0;
@@ -41,6 +43,11 @@ struct server_context {
   supervisor_actor supervisor;
   token_set* tokens = nullptr;
   metrics* counters = nullptr;
+  /// The sandbox API (none: its routes are 404). run_server drains it on
+  /// SIGTERM and shuts it down (every sandbox stopped) before it returns.
+  sandbox_api* sandboxes = nullptr;
+  /// How long that shutdown may take.
+  std::chrono::milliseconds sandboxes_stop_timeout = std::chrono::seconds{30};
   /// Where `listening on HOST:PORT` goes once connections are accepted.
   std::function<void(const std::string&)> announce;
 };

@@ -57,6 +57,13 @@ bool token_set::equal(std::string_view a, std::string_view b) {
 }
 
 bool token_set::accepts(std::string_view authorization) const {
+  std::string ignored;
+  return accepts(authorization, ignored);
+}
+
+bool token_set::accepts(std::string_view authorization,
+                        std::string& owner) const {
+  owner.clear();
   if (!required())
     return true;
   constexpr std::string_view scheme = "Bearer ";
@@ -72,6 +79,8 @@ bool token_set::accepts(std::string_view authorization) const {
   bool ok = false;
   for (auto& t : *tokens)
     ok |= equal(token, t); // no early exit: the time says nothing
+  if (ok)
+    owner = std::string{token};
   return ok;
 }
 

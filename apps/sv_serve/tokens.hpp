@@ -26,6 +26,10 @@ public:
   /// Whether the value of an Authorization header carries a valid token.
   bool accepts(std::string_view authorization) const;
 
+  /// As `accepts`, and sets `token` to the token it carries (empty when no
+  /// token is required): who owns what the request creates.
+  bool accepts(std::string_view authorization, std::string& token) const;
+
   /// `a == b` in time that depends only on their lengths.
   static bool equal(std::string_view a, std::string_view b);
 

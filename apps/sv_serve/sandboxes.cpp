@@ -1,0 +1,793 @@
+#include "apps/sv_serve/sandboxes.hpp"
+
+#include "actors/quiet.hpp"
+#include "apps/sv_serve/metrics.hpp"
+#include "messages/bounded_json.hpp"
+#include "messages/errors.hpp"
+#include "messages/json.hpp"
+
+#include <atomic>
+#include <caf/actor_system.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/send.hpp>
+#include <caf/stateful_actor.hpp>
+#include <cctype>
+#include <cmath>
+#include <deque>
+#include <future>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <spdlog/spdlog.h>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace sv::serve {
+
+namespace {
+
+using work_atom = caf::atom_constant<caf::atom("sbx_work")>;
+using reap_atom = caf::atom_constant<caf::atom("sbx_reap")>;
+using drain_atom = caf::atom_constant<caf::atom("sbx_drain")>;
+using finish_atom = caf::atom_constant<caf::atom("sbx_fin")>;
+using abort_atom = caf::atom_constant<caf::atom("sbx_abort")>;
+
+using clock = std::chrono::steady_clock;
+
+// -- replies ------------------------------------------------------------------
+
+sandbox_reply json_reply(unsigned status, const json& body) {
+  sandbox_reply r;
+  r.status = status;
+  r.body = body.dump() + "\n";
+  return r;
+}
+
+sandbox_reply error_reply(unsigned status, std::string code,
+                          std::string message) {
+  return json_reply(
+    status, json{{"error", {{"code", std::move(code)}, {"message", message}}}});
+}
+
+sandbox_reply no_content() {
+  sandbox_reply r;
+  r.status = 204;
+  r.content_type.clear();
+  return r;
+}
+
+sandbox_reply no_such_sandbox(const std::string& id) {
+  return error_reply(404, "no_such_sandbox", "no sandbox " + id);
+}
+
+/// A provider's error as HTTP says it: the code is the provider_errc's
+/// name, so a remote provider rebuilds the very error.
+sandbox_reply provider_failure(const caf::error& err, const char* what) {
+  auto message = std::string{what} + ": " + describe(err);
+  if (err == caf::sec::request_timeout)
+    return error_reply(504, "timeout", message);
+  if (err == caf::sec::request_receiver_down)
+    return error_reply(503, "unavailable", message);
+  auto code = provider_error_code(err);
+  if (code == 0)
+    return error_reply(500, "internal", message);
+  auto errc = static_cast<provider_errc>(code);
+  auto name = std::string{to_string(errc)};
+  switch (errc) {
+  case provider_errc::no_such_sandbox:
+  case provider_errc::not_found:
+    return error_reply(404, name, message);
+  case provider_errc::invalid_argument:
+  case provider_errc::invalid_path:
+  case provider_errc::not_regular_file:
+    return error_reply(400, name, message);
+  case provider_errc::unavailable:
+    return error_reply(503, name, message);
+  default:
+    return error_reply(500, name, message);
+  }
+}
+
+// -- routes -------------------------------------------------------------------
+
+constexpr std::string_view prefix = "/v1/sandboxes";
+
+enum class op { create, status, upload, exec, download, stop, none };
+
+struct parsed_target {
+  op what = op::none;
+  std::string id;
+  std::string query;
+  /// The methods the path allows (for 405's Allow), empty: no such path.
+  const char* allow = "";
+};
+
+parsed_target parse_target(const sandbox_call& call) {
+  parsed_target t;
+  std::string_view target = call.target;
+  auto q = target.find('?');
+  if (q != std::string_view::npos) {
+    t.query = std::string{target.substr(q + 1)};
+    target = target.substr(0, q);
+  }
+  if (target == prefix || target == "/v1/sandboxes/") {
+    t.allow = "POST";
+    t.what = call.method == "POST" ? op::create : op::none;
+    return t;
+  }
+  auto rest = target.substr(prefix.size() + 1); // after "/v1/sandboxes/"
+  auto slash = rest.find('/');
+  t.id = std::string{rest.substr(0, slash)};
+  auto tail =
+    slash == std::string_view::npos ? std::string_view{} : rest.substr(slash);
+  if (t.id.empty())
+    return t;
+  if (tail.empty()) {
+    t.allow = "GET, DELETE";
+    t.what = call.method == "GET"      ? op::status
+             : call.method == "DELETE" ? op::stop
+                                       : op::none;
+  } else if (tail == "/files") {
+    t.allow = "GET, PUT";
+    t.what = call.method == "GET"   ? op::download
+             : call.method == "PUT" ? op::upload
+                                    : op::none;
+  } else if (tail == "/exec") {
+    t.allow = "POST";
+    t.what = call.method == "POST" ? op::exec : op::none;
+  }
+  return t;
+}
+
+int hex_value(char c) {
+  if (c >= '0' && c <= '9')
+    return c - '0';
+  if (c >= 'a' && c <= 'f')
+    return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F')
+    return c - 'A' + 10;
+  return -1;
+}
+
+/// The value of `name` in a query string, percent-decoded ('+' is a plus).
+/// False when it is missing or badly escaped.
+bool query_value(const std::string& query, std::string_view name,
+                 std::string& out) {
+  size_t pos = 0;
+  while (pos <= query.size()) {
+    auto end = query.find('&', pos);
+    if (end == std::string::npos)
+      end = query.size();
+    std::string_view pair{query.data() + pos, end - pos};
+    pos = end + 1;
+    auto eq = pair.find('=');
+    if (pair.substr(0, eq) != name || eq == std::string_view::npos)
+      continue;
+    auto raw = pair.substr(eq + 1);
+    out.clear();
+    for (size_t i = 0; i < raw.size(); ++i) {
+      if (raw[i] != '%') {
+        out += raw[i];
+        continue;
+      }
+      if (i + 2 >= raw.size())
+        return false;
+      auto hi = hex_value(raw[i + 1]);
+      auto lo = hex_value(raw[i + 2]);
+      if (hi < 0 || lo < 0)
+        return false;
+      out += static_cast<char>(hi * 16 + lo);
+      i += 2;
+    }
+    return true;
+  }
+  return false;
+}
+
+std::string fresh_id() {
+  static std::mutex mtx;
+  static std::mt19937_64 gen{[] {
+    std::random_device rd;
+    return (uint64_t{rd()} << 32) ^ rd();
+  }()};
+  static const char* hex = "0123456789abcdef";
+  std::lock_guard<std::mutex> guard{mtx};
+  std::string id = "sbx-";
+  for (int i = 0; i < 2; ++i) {
+    auto x = gen();
+    for (int j = 0; j < 16; ++j, x >>= 4)
+      id += hex[x & 15];
+  }
+  return id;
+}
+
+// -- the actor ----------------------------------------------------------------
+
+/// What the Asio side hands over; the actor drains it on `work_atom`.
+struct inbox {
+  std::mutex mtx;
+  std::deque<std::pair<sandbox_call, sandbox_reply_fn>> calls;
+  std::promise<void> finished;
+  std::atomic<bool> done{false};
+};
+
+struct api_sandbox {
+  std::string owner;
+  sandbox_handle handle; // the provider's
+  std::string idempotency_key;
+  double ttl_s = 0;
+  clock::time_point deadline;  // created + ttl
+  clock::time_point last_used; // for the idle timeout
+  size_t busy = 0;             // calls in flight
+  bool stopping = false;
+  clock::time_point next_stop{};
+  std::chrono::seconds stop_backoff{1};
+  std::vector<uint64_t> stop_waiters;
+};
+
+/// A create in flight (or done) under an idempotency key.
+struct keyed_create {
+  std::string fingerprint; // the spec's JSON
+  std::string id;          // once created
+  std::vector<uint64_t> waiters;
+};
+
+struct api_state {
+  static inline const char* name = "sv.serve_sandboxes";
+  std::function<provider_actor()> provider;
+  sandbox_api_options opts;
+  metrics* counters = nullptr;
+  std::shared_ptr<inbox> in;
+  /// Reply callbacks by slot: the provider replies' handlers capture only
+  /// the slot, so clearing this map releases every session at once.
+  std::unordered_map<uint64_t, sandbox_reply_fn> slots;
+  uint64_t next_slot = 1;
+  std::unordered_map<std::string, api_sandbox> live;
+  std::map<std::pair<std::string, std::string>, keyed_create> keys;
+  std::unordered_map<std::string, size_t> per_owner; // live + creating
+  size_t creating = 0;
+  /// Ids stopped lately and their owners: a repeated DELETE is 204.
+  std::unordered_map<std::string, std::string> tombstones;
+  std::deque<std::string> tombstone_order;
+  bool draining = false;
+  bool finishing = false;
+};
+
+using api_ptr = caf::stateful_actor<api_state>*;
+
+constexpr size_t max_tombstones = 65536;
+
+void publish_live(api_ptr self) {
+  if (self->state.counters)
+    self->state.counters->api.live = self->state.live.size();
+}
+
+uint64_t hold(api_ptr self, sandbox_reply_fn fn) {
+  auto slot = self->state.next_slot++;
+  self->state.slots.emplace(slot, std::move(fn));
+  return slot;
+}
+
+void answer(api_ptr self, uint64_t slot, sandbox_reply reply) {
+  auto i = self->state.slots.find(slot);
+  if (i == self->state.slots.end())
+    return;
+  auto fn = std::move(i->second);
+  self->state.slots.erase(i);
+  fn(std::move(reply));
+}
+
+void maybe_finish(api_ptr self) {
+  auto& st = self->state;
+  if (!st.finishing || !st.live.empty() || st.creating > 0)
+    return;
+  st.slots.clear();
+  self->quit();
+}
+
+void forget(api_ptr self, const std::string& id) {
+  auto& st = self->state;
+  auto i = st.live.find(id);
+  if (i == st.live.end())
+    return;
+  auto& sb = i->second;
+  if (!sb.idempotency_key.empty())
+    st.keys.erase({sb.owner, sb.idempotency_key});
+  if (--st.per_owner[sb.owner] == 0)
+    st.per_owner.erase(sb.owner);
+  st.tombstones[id] = sb.owner;
+  st.tombstone_order.push_back(id);
+  while (st.tombstone_order.size() > max_tombstones) {
+    st.tombstones.erase(st.tombstone_order.front());
+    st.tombstone_order.pop_front();
+  }
+  auto waiters = std::move(sb.stop_waiters);
+  st.live.erase(i);
+  publish_live(self);
+  for (auto w : waiters)
+    answer(self, w, no_content());
+  maybe_finish(self);
+}
+
+void stop_sandbox(api_ptr self, const std::string& id) {
+  auto& sb = self->state.live.at(id);
+  if (sb.stopping)
+    return;
+  sb.stopping = true;
+  self
+    ->request(self->state.provider(), self->state.opts.call_timeout,
+              stop_atom::value, sb.handle)
+    .then([=](ok_atom) { forget(self, id); },
+          [=](caf::error& err) {
+            if (provider_error_code(err) ==
+                static_cast<uint8_t>(provider_errc::no_such_sandbox))
+              return forget(self, id);
+            auto i = self->state.live.find(id);
+            if (i == self->state.live.end())
+              return;
+            auto& sb = i->second;
+            spdlog::warn("stopping sandbox {} failed: {}", id, describe(err));
+            sb.stopping = false;
+            sb.next_stop = clock::now() + sb.stop_backoff;
+            sb.stop_backoff =
+              std::min(sb.stop_backoff * 2, std::chrono::seconds{30});
+            auto waiters = std::move(sb.stop_waiters);
+            sb.stop_waiters.clear();
+            for (auto w : waiters)
+              answer(self, w, provider_failure(err, "stop"));
+            if (self->state.finishing)
+              forget(self, id); // the provider's own TTL is the last resort
+          });
+}
+
+/// Ends a call on a sandbox: marks it used, answers.
+void release(api_ptr self, const std::string& id, uint64_t slot,
+             sandbox_reply reply) {
+  if (auto i = self->state.live.find(id); i != self->state.live.end()) {
+    i->second.last_used = clock::now();
+    if (i->second.busy > 0)
+      --i->second.busy;
+  }
+  answer(self, slot, std::move(reply));
+}
+
+// -- create -------------------------------------------------------------------
+
+void answer_create(api_ptr self, const keyed_create* kc, uint64_t first,
+                   const std::optional<sandbox_reply>& failure,
+                   const json& created) {
+  if (failure) {
+    answer(self, first, *failure);
+    if (kc)
+      for (auto w : kc->waiters)
+        answer(self, w, *failure);
+    return;
+  }
+  answer(self, first, json_reply(201, created));
+  if (kc)
+    for (auto w : kc->waiters)
+      answer(self, w, json_reply(200, created));
+}
+
+json created_json(const std::string& id, const api_sandbox& sb) {
+  return json{{"sandbox_id", id},
+              {"provider_name", sb.handle.provider_name},
+              {"state", sb.handle.state},
+              {"ttl_s", sb.ttl_s}};
+}
+
+void start_create(api_ptr self, const sandbox_call& call, sandbox_spec spec,
+                  const std::string& fingerprint, uint64_t slot) {
+  auto& st = self->state;
+  auto& opts = st.opts;
+  std::pair<std::string, std::string> key{call.owner, call.idempotency_key};
+  if (call.has_idempotency_key) {
+    auto k = st.keys.find(key);
+    if (k != st.keys.end()) {
+      if (k->second.fingerprint != fingerprint)
+        return answer(self, slot,
+                      error_reply(422, "idempotency_key_reused",
+                                  "Idempotency-Key " + call.idempotency_key +
+                                    " was used with another spec"));
+      if (k->second.id.empty()) // still creating: join it
+        return k->second.waiters.push_back(slot);
+      auto i = st.live.find(k->second.id);
+      if (i != st.live.end())
+        return answer(self, slot,
+                      json_reply(200, created_json(i->first, i->second)));
+    }
+  }
+  if (st.draining)
+    return answer(self, slot,
+                  error_reply(503, "draining", "draining: no new sandboxes"));
+  if (st.per_owner[call.owner] >= opts.max_per_owner) {
+    auto r = error_reply(429, "too_many_sandboxes",
+                         "at most " + std::to_string(opts.max_per_owner) +
+                           " live sandboxes per token");
+    r.headers.emplace_back("Retry-After", "1");
+    return answer(self, slot, std::move(r));
+  }
+  if (!(spec.ttl_s > 0))
+    spec.ttl_s = opts.default_ttl_s;
+  spec.ttl_s = std::min(spec.ttl_s, opts.max_ttl_s);
+  auto patience = std::chrono::duration<double>(opts.create_timeout).count();
+  if (!(spec.create_deadline_s > 0) || spec.create_deadline_s > patience)
+    spec.create_deadline_s = patience;
+  ++st.per_owner[call.owner];
+  ++st.creating;
+  if (call.has_idempotency_key)
+    st.keys[key] = keyed_create{fingerprint, {}, {}};
+  if (st.counters)
+    ++st.counters->api.created;
+  auto ttl = spec.ttl_s;
+  auto owner = call.owner;
+  auto has_key = call.has_idempotency_key;
+  self
+    ->request(st.provider(), opts.create_timeout, create_atom::value,
+              std::move(spec))
+    .then(
+      [=](sandbox_handle& h) {
+        auto& st = self->state;
+        --st.creating;
+        auto id = fresh_id();
+        api_sandbox sb;
+        sb.owner = owner;
+        sb.handle = std::move(h);
+        sb.ttl_s = ttl;
+        sb.idempotency_key = has_key ? key.second : std::string{};
+        sb.last_used = clock::now();
+        sb.deadline =
+          sb.last_used + std::chrono::duration_cast<clock::duration>(
+                           std::chrono::duration<double>(ttl));
+        auto created = created_json(id, sb);
+        st.live.emplace(id, std::move(sb));
+        publish_live(self);
+        const keyed_create* kc = nullptr;
+        if (has_key) {
+          auto& k = st.keys[key];
+          k.id = id;
+          kc = &k;
+        }
+        answer_create(self, kc, slot, std::nullopt, created);
+        if (kc)
+          st.keys[key].waiters.clear();
+        if (st.finishing)
+          stop_sandbox(self, id);
+      },
+      [=](caf::error& err) {
+        auto& st = self->state;
+        --st.creating;
+        if (--st.per_owner[owner] == 0)
+          st.per_owner.erase(owner);
+        auto failure = provider_failure(err, "create");
+        std::optional<keyed_create> kc;
+        if (has_key) {
+          if (auto k = st.keys.find(key); k != st.keys.end()) {
+            kc = std::move(k->second);
+            st.keys.erase(k);
+          }
+        }
+        answer_create(self, kc ? &*kc : nullptr, slot, failure, json{});
+        maybe_finish(self);
+      });
+}
+
+// -- the calls ----------------------------------------------------------------
+
+json_limits limits_of(const sandbox_api_options& opts) {
+  json_limits l;
+  l.max_depth = opts.max_json_depth;
+  l.max_bytes = opts.max_body_bytes;
+  return l;
+}
+
+/// Parses a body; on failure answers 400 and returns false.
+bool parse_body(api_ptr self, const std::string& body, json& out,
+                uint64_t slot) {
+  if (auto err = parse_bounded(body, out, limits_of(self->state.opts));
+      !err.empty()) {
+    answer(self, slot,
+           error_reply(400, "invalid_request", "body is not JSON: " + err));
+    return false;
+  }
+  return true;
+}
+
+sandbox_reply schema_error(const std::exception& e) {
+  return error_reply(400, "invalid_request", e.what());
+}
+
+void on_sandbox_call(api_ptr self, const sandbox_call& call,
+                     const parsed_target& t, uint64_t slot) {
+  auto& st = self->state;
+  auto i = st.live.find(t.id);
+  if (i == st.live.end() || i->second.owner != call.owner) {
+    if (t.what == op::stop && i == st.live.end()) {
+      auto ts = st.tombstones.find(t.id);
+      if (ts != st.tombstones.end() && ts->second == call.owner)
+        return answer(self, slot, no_content());
+    }
+    return answer(self, slot, no_such_sandbox(t.id));
+  }
+  auto& sb = i->second;
+  if (t.what == op::stop) {
+    sb.stop_waiters.push_back(slot);
+    return stop_sandbox(self, t.id);
+  }
+  if (sb.stopping)
+    return answer(self, slot, no_such_sandbox(t.id));
+  auto provider = st.provider();
+  auto& opts = st.opts;
+  auto id = t.id;
+  auto fail = [=](const char* what) {
+    return [=](caf::error& err) {
+      release(self, id, slot, provider_failure(err, what));
+    };
+  };
+  switch (t.what) {
+  case op::status: {
+    ++sb.busy;
+    self->request(provider, opts.call_timeout, status_atom::value, sb.handle)
+      .then(
+        [=](sandbox_status s) {
+          release(self, id, slot, json_reply(200, json{{"status", s}}));
+        },
+        fail("status"));
+    return;
+  }
+  case op::upload: {
+    json j;
+    if (!parse_body(self, call.body, j, slot))
+      return;
+    std::string dir;
+    file_map files;
+    try {
+      check_object(j, "upload", {"dir", "files"});
+      if (!j.contains("files"))
+        throw json_error("files", "is required");
+      dir = j.value("dir", std::string{});
+      files = j.at("files").get<file_map>();
+    } catch (const std::exception& e) {
+      return answer(self, slot, schema_error(e));
+    }
+    ++sb.busy;
+    self
+      ->request(provider, opts.call_timeout, upload_atom::value, sb.handle,
+                std::move(dir), std::move(files))
+      .then([=](ok_atom) { release(self, id, slot, no_content()); },
+            fail("upload"));
+    return;
+  }
+  case op::exec: {
+    json j;
+    if (!parse_body(self, call.body, j, slot))
+      return;
+    exec_request req;
+    try {
+      req = j.get<exec_request>();
+    } catch (const std::exception& e) {
+      return answer(self, slot, schema_error(e));
+    }
+    auto limit = req.timeout_s > 0 && req.timeout_s < opts.max_exec_s
+                   ? req.timeout_s
+                   : opts.max_exec_s;
+    auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(
+                     std::chrono::duration<double>(limit)) +
+                   opts.exec_grace;
+    ++sb.busy;
+    self
+      ->request(provider, timeout, exec_atom::value, sb.handle, std::move(req))
+      .then(
+        [=](exec_result& r) {
+          release(self, id, slot, json_reply(200, json(r)));
+        },
+        fail("exec"));
+    return;
+  }
+  case op::download: {
+    std::string path;
+    if (!query_value(t.query, "path", path) || path.empty())
+      return answer(self, slot,
+                    error_reply(400, "invalid_request",
+                                "expected ?path=FILE (percent-encoded)"));
+    ++sb.busy;
+    self
+      ->request(provider, opts.call_timeout, download_atom::value, sb.handle,
+                std::move(path))
+      .then(
+        [=](std::string& bytes) {
+          sandbox_reply r;
+          r.body = std::move(bytes);
+          r.content_type = "application/octet-stream";
+          release(self, id, slot, std::move(r));
+        },
+        fail("download"));
+    return;
+  }
+  default:
+    return answer(self, slot, no_such_sandbox(t.id));
+  }
+}
+
+void on_call(api_ptr self, sandbox_call& call, sandbox_reply_fn& fn) {
+  auto slot = hold(self, std::move(fn));
+  auto t = parse_target(call);
+  if (*t.allow == '\0')
+    return answer(self, slot,
+                  error_reply(404, "no_such_endpoint", "no such endpoint"));
+  if (t.what == op::none) {
+    auto r = error_reply(405, "method_not_allowed",
+                         call.method + " is not allowed here");
+    r.headers.emplace_back("Allow", t.allow);
+    return answer(self, slot, std::move(r));
+  }
+  if (self->state.finishing)
+    return answer(self, slot,
+                  error_reply(503, "draining", "sv-serve is stopping"));
+  if (t.what != op::create)
+    return on_sandbox_call(self, call, t, slot);
+  if (call.has_idempotency_key && !valid_idempotency_key(call.idempotency_key))
+    return answer(self, slot,
+                  error_reply(400, "invalid_request",
+                              "Idempotency-Key: 1 to " +
+                                std::to_string(max_idempotency_key) +
+                                " characters of [A-Za-z0-9._:-]"));
+  json j;
+  if (!parse_body(self, call.body, j, slot))
+    return;
+  sandbox_spec spec;
+  try {
+    spec = j.get<sandbox_spec>();
+  } catch (const std::exception& e) {
+    return answer(self, slot, schema_error(e));
+  }
+  start_create(self, call, std::move(spec), j.dump(), slot);
+}
+
+void reap(api_ptr self) {
+  auto& st = self->state;
+  auto now = clock::now();
+  auto idle = std::chrono::duration_cast<clock::duration>(
+    std::chrono::duration<double>(st.opts.idle_timeout_s));
+  std::vector<std::string> due;
+  for (auto& [id, sb] : st.live) {
+    if (sb.stopping || now < sb.next_stop)
+      continue;
+    bool expired = now >= sb.deadline;
+    bool abandoned = sb.busy == 0 && now - sb.last_used >= idle;
+    if (expired || abandoned)
+      due.push_back(id);
+  }
+  for (auto& id : due) {
+    spdlog::info("reaping sandbox {} ({})", id,
+                 now >= st.live.at(id).deadline ? "TTL" : "idle");
+    if (st.counters)
+      ++st.counters->api.reaped;
+    stop_sandbox(self, id);
+  }
+}
+
+caf::behavior api_actor(api_ptr self, std::shared_ptr<inbox> in) {
+  self->set_default_handler(sv::log_and_drop_unexpected);
+  self->state.in = in;
+  self->delayed_send(self, self->state.opts.reap_interval, reap_atom::value);
+  return {
+    [=](work_atom) {
+      std::deque<std::pair<sandbox_call, sandbox_reply_fn>> calls;
+      {
+        std::lock_guard<std::mutex> guard{in->mtx};
+        calls.swap(in->calls);
+      }
+      for (auto& [call, fn] : calls)
+        on_call(self, call, fn);
+    },
+    [=](reap_atom) {
+      if (self->state.finishing)
+        return;
+      reap(self);
+      self->delayed_send(self, self->state.opts.reap_interval,
+                         reap_atom::value);
+    },
+    [=](drain_atom) { self->state.draining = true; },
+    [=](finish_atom) {
+      auto& st = self->state;
+      st.draining = st.finishing = true;
+      std::vector<std::string> ids;
+      for (auto& [id, sb] : st.live)
+        ids.push_back(id);
+      for (auto& id : ids)
+        stop_sandbox(self, id);
+      maybe_finish(self);
+    },
+    [=](abort_atom) {
+      self->state.slots.clear();
+      self->quit();
+    },
+  };
+}
+
+} // namespace
+
+bool valid_idempotency_key(const std::string& key) {
+  if (key.empty() || key.size() > max_idempotency_key)
+    return false;
+  for (unsigned char c : key)
+    if (!std::isalnum(c) && c != '.' && c != '_' && c != ':' && c != '-')
+      return false;
+  return true;
+}
+
+bool is_sandbox_path(std::string_view path) {
+  return path == prefix ||
+         (path.size() > prefix.size() &&
+          path.substr(0, prefix.size() + 1) == "/v1/sandboxes/");
+}
+
+struct sandbox_api::impl {
+  std::shared_ptr<inbox> in = std::make_shared<inbox>();
+  std::shared_future<void> finished = in->finished.get_future().share();
+  caf::actor actor;
+};
+
+sandbox_api::sandbox_api(caf::actor_system& sys,
+                         std::function<provider_actor()> provider,
+                         sandbox_api_options opts, metrics* counters)
+    : impl_(std::make_unique<impl>()) {
+  auto in = impl_->in;
+  impl_->actor = sys.spawn(
+    [provider, opts, counters](api_ptr self,
+                               std::shared_ptr<inbox> in) -> caf::behavior {
+      self->state.provider = provider;
+      self->state.opts = opts;
+      self->state.counters = counters;
+      return api_actor(self, std::move(in));
+    },
+    in);
+  impl_->actor->attach_functor([in] {
+    {
+      std::lock_guard<std::mutex> guard{in->mtx};
+      in->calls.clear();
+    }
+    if (!in->done.exchange(true))
+      in->finished.set_value();
+  });
+}
+
+sandbox_api::~sandbox_api() {
+  if (impl_ && !impl_->in->done)
+    shut_down(std::chrono::seconds{10});
+}
+
+void sandbox_api::handle(sandbox_call call, sandbox_reply_fn done) {
+  auto& in = *impl_->in;
+  {
+    std::lock_guard<std::mutex> guard{in.mtx};
+    if (!in.done) {
+      in.calls.emplace_back(std::move(call), std::move(done));
+      done = nullptr;
+    }
+  }
+  if (done)
+    return done(error_reply(503, "draining", "sv-serve is stopping"));
+  caf::anon_send(impl_->actor, work_atom::value);
+}
+
+void sandbox_api::drain() {
+  caf::anon_send(impl_->actor, drain_atom::value);
+}
+
+bool sandbox_api::shut_down(std::chrono::milliseconds timeout) {
+  auto& fut = impl_->finished;
+  caf::anon_send(impl_->actor, finish_atom::value);
+  if (fut.wait_for(timeout) == std::future_status::ready)
+    return true;
+  spdlog::warn("the sandbox API did not stop its sandboxes within {} ms "
+               "(their TTLs will)",
+               timeout.count());
+  caf::anon_send(impl_->actor, abort_atom::value);
+  fut.wait_for(std::chrono::seconds{5});
+  return false;
+}
+
+} // namespace sv::serve

@@ -1,0 +1,280 @@
+#!/usr/bin/env python3
+"""sv-serve's sandbox API end to end, real sockets on 127.0.0.1 (standard
+library only), on the scripted provider.
+
+Called as: e2e_sandboxes.py SV_SERVE MODE
+  MODE api: every route and status code, ownership across two tokens,
+    idempotent create (sequential and concurrent: one sandbox made), the
+    per-token limit (429), TTL and idle reaping, SIGTERM stopping every
+    sandbox (the provider's ledger: nothing left live).
+Every wait is bounded.
+"""
+
+import json
+import os
+import signal
+import sys
+import tempfile
+import threading
+import urllib.parse
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from e2e_serve import TIMEOUT, Server, check, wait_until  # noqa: E402
+
+
+def call(s, method, path, body=None, token=None, key=None):
+    headers = {}
+    if token is not None:
+        headers["Authorization"] = "Bearer " + token
+    if key is not None:
+        headers["Idempotency-Key"] = key
+    if body is not None and not isinstance(body, (str, bytes)):
+        body = json.dumps(body)
+    status, hdrs, raw = s.request(method, path, body, headers)
+    return status, hdrs, raw
+
+
+def js(raw):
+    return json.loads(raw) if raw else None
+
+
+def error_code(raw):
+    return js(raw)["error"]["code"]
+
+
+def ledger_book(path):
+    return json.loads(open(path).read().splitlines()[-1])
+
+
+def write_tokens(tmp):
+    tokens = os.path.join(tmp, "tokens")
+    with open(tokens, "w") as f:
+        f.write("alice\nbob\n")
+    return tokens
+
+
+def api_routes(binary, tmp):
+    """Every route and code, ownership, the per-token limit, drain."""
+    ledger = os.path.join(tmp, "routes.ledger")
+    config = os.path.join(tmp, "routes.json")
+    with open(config, "w") as f:
+        json.dump({"scripted": {"ledger_file": ledger,
+                                "result_text": "\u00e9\x00bytes"}}, f)
+    s = Server(binary, tmp, ["--provider-config", config, "--token-file",
+                             write_tokens(tmp), "--max-sandboxes-per-token",
+                             "3"], "routes")
+    try:
+        st, hdrs, raw = call(s, "POST", "/v1/sandboxes", {})
+        check(st == 401 and hdrs.get("WWW-Authenticate") == "Bearer"
+              and error_code(raw) == "unauthorized", f"no token: {st}", s)
+        st, _, raw = call(s, "POST", "/v1/sandboxes", {"ttl_s": 30},
+                          token="alice")
+        check(st == 201, f"create: {st} {raw}", s)
+        made = js(raw)
+        sid = made["sandbox_id"]
+        check(made["provider_name"] == "scripted" and made["ttl_s"] == 30,
+              f"create body: {made}", s)
+        base = "/v1/sandboxes/" + sid
+        st, _, raw = call(s, "GET", base, token="alice")
+        check(st == 200 and js(raw) == {"status": "running"},
+              f"status: {st} {raw}", s)
+        st, _, raw = call(s, "PUT", base + "/files",
+                          {"dir": "/sandbox", "files": {"a.txt": "hi"}},
+                          token="alice")
+        check(st == 204 and raw == b"", f"upload: {st} {raw}", s)
+        st, _, raw = call(s, "POST", base + "/exec",
+                          {"argv": ["true"], "timeout_s": 5}, token="alice")
+        check(st == 200 and js(raw)["return_code"] == 0
+              and js(raw)["error_type"] == "none", f"exec: {st} {raw}", s)
+        path = urllib.parse.quote("result dir/r.json")
+        st, hdrs, raw = call(s, "GET", f"{base}/files?path={path}",
+                             token="alice")
+        check(st == 200 and raw == "\u00e9\x00bytes".encode()
+              and hdrs.get("Content-Type") == "application/octet-stream",
+              f"download: {st} {hdrs} {raw!r}", s)
+        # Errors of each route.
+        for method, path, body, want, code in (
+                ("POST", "/v1/sandboxes", "{", 400, "invalid_request"),
+                ("POST", "/v1/sandboxes", {"nope": 1}, 400, "invalid_request"),
+                ("POST", "/v1/sandboxes", "[" * 300 + "]" * 300, 400,
+                 "invalid_request"),
+                ("PUT", base + "/files", {"dir": "x"}, 400, "invalid_request"),
+                ("PUT", base + "/files", {"files": {"a": 1}}, 400,
+                 "invalid_request"),
+                ("POST", base + "/exec", {"argv": []}, 400, "invalid_request"),
+                ("GET", base + "/files", None, 400, "invalid_request"),
+                ("GET", base + "/files?path=%zz", None, 400,
+                 "invalid_request"),
+                ("GET", "/v1/sandboxes/sbx-nope", None, 404,
+                 "no_such_sandbox"),
+                ("GET", base + "/other", None, 404, "no_such_endpoint"),
+                ("PATCH", base, None, 405, "method_not_allowed"),
+                ("GET", "/v1/sandboxes", None, 405, "method_not_allowed")):
+            st, hdrs, raw = call(s, method, path, body, token="alice")
+            check(st == want and error_code(raw) == code,
+                  f"{method} {path}: {st} {raw}", s)
+            if want == 405:
+                check("Allow" in hdrs, f"405 without Allow: {hdrs}", s)
+        st, _, raw = call(s, "POST", "/v1/sandboxes", {}, token="alice",
+                          key="bad key!")
+        check(st == 400 and error_code(raw) == "invalid_request",
+              f"bad key: {st}", s)
+        st, _, raw = call(s, "POST", "/v1/sandboxes", {}, token="alice",
+                          key="k" * 201)
+        check(st == 400, f"long key: {st}", s)
+        # Another token sees nothing of alice's.
+        for method, path, body in (
+                ("GET", base, None),
+                ("PUT", base + "/files", {"dir": "", "files": {}}),
+                ("POST", base + "/exec", {"argv": ["true"], "timeout_s": 1}),
+                ("GET", base + "/files?path=r.json", None),
+                ("DELETE", base, None)):
+            st, _, raw = call(s, method, path, body, token="bob")
+            check(st == 404 and error_code(raw) == "no_such_sandbox",
+                  f"bob {method} {path}: {st} {raw}", s)
+        st, _, _ = call(s, "GET", base, token="alice")
+        check(st == 200, f"still alice's after bob's DELETE: {st}", s)
+        # Per-token limit: alice has 1, may make 2 more; bob is apart.
+        ids = []
+        for _ in range(2):
+            st, _, raw = call(s, "POST", "/v1/sandboxes", {}, token="alice")
+            check(st == 201, f"create under the limit: {st}", s)
+            ids.append(js(raw)["sandbox_id"])
+        st, hdrs, raw = call(s, "POST", "/v1/sandboxes", {}, token="alice")
+        check(st == 429 and hdrs.get("Retry-After") == "1"
+              and error_code(raw) == "too_many_sandboxes",
+              f"over the limit: {st} {hdrs} {raw}", s)
+        st, _, _ = call(s, "POST", "/v1/sandboxes", {}, token="bob")
+        check(st == 201, f"bob's own: {st}", s)
+        # DELETE: 204, again 204 (owner), then 404 for everything else.
+        st, _, raw = call(s, "DELETE", base, token="alice")
+        check(st == 204 and raw == b"", f"delete: {st} {raw}", s)
+        st, _, _ = call(s, "DELETE", base, token="alice")
+        check(st == 204, f"delete again: {st}", s)
+        st, _, _ = call(s, "DELETE", base, token="bob")
+        check(st == 404, f"bob deletes alice's stopped one: {st}", s)
+        st, _, raw = call(s, "GET", base, token="alice")
+        check(st == 404 and error_code(raw) == "no_such_sandbox",
+              f"status after delete: {st}", s)
+        st, _, _ = call(s, "POST", "/v1/sandboxes", {}, token="alice")
+        check(st == 201, f"a slot is free again: {st}", s)
+        m = s.metrics()
+        check(m.get("sv_api_sandboxes_live") == 4
+              and m.get("sv_sandboxes_live") == 4
+              and m.get("sv_api_sandbox_creates_total") == 5,
+              f"metrics: {m}", s)
+        # SIGTERM: creates refused, every sandbox stopped.
+        s.proc.send_signal(signal.SIGTERM)
+        check(s.proc.wait(15) == 0, "exit status after SIGTERM", s)
+    finally:
+        if s.proc.poll() is None:
+            s.stop()
+    book = ledger_book(ledger)
+    check(book["live"] == 0 and book["creates"] == 5, f"ledger: {book}")
+    print("ok: every route and code, ownership, per-token limit, SIGTERM "
+          "stops every sandbox")
+
+
+def api_idempotent(binary, tmp):
+    """The same key gives the same sandbox, sequentially and while the first
+    create is still in flight; exactly one sandbox is made."""
+    ledger = os.path.join(tmp, "idem.ledger")
+    config = os.path.join(tmp, "idem.json")
+    with open(config, "w") as f:
+        json.dump({"scripted": {"ledger_file": ledger, "steps": {
+            "create": [{"fault": "delay", "delay_ms": 400}]}}}, f)
+    s = Server(binary, tmp, ["--provider-config", config, "--token-file",
+                             write_tokens(tmp)], "idem")
+    try:
+        results = []
+        lock = threading.Lock()
+
+        def create():
+            r = call(s, "POST", "/v1/sandboxes", {"ttl_s": 60},
+                     token="alice", key="retry-1")
+            with lock:
+                results.append(r)
+
+        threads = [threading.Thread(target=create) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(TIMEOUT)
+        statuses = sorted(r[0] for r in results)
+        ids = {js(r[2])["sandbox_id"] for r in results}
+        check(len(results) == 8 and statuses == [200] * 7 + [201]
+              and len(ids) == 1, f"concurrent: {statuses} {ids}", s)
+        st, _, raw = call(s, "POST", "/v1/sandboxes", {"ttl_s": 60},
+                          token="alice", key="retry-1")
+        check(st == 200 and js(raw)["sandbox_id"] in ids,
+              f"sequential replay: {st} {raw}", s)
+        st, _, raw = call(s, "POST", "/v1/sandboxes", {"ttl_s": 61},
+                          token="alice", key="retry-1")
+        check(st == 422 and error_code(raw) == "idempotency_key_reused",
+              f"same key, other spec: {st} {raw}", s)
+        st, _, raw = call(s, "POST", "/v1/sandboxes", {"ttl_s": 60},
+                          token="bob", key="retry-1")
+        check(st == 201 and js(raw)["sandbox_id"] not in ids,
+              f"keys are per token: {st} {raw}", s)
+        check(s.metrics().get("sv_api_sandbox_creates_total") == 2,
+              "two creates reached the provider", s)
+        check(s.stop() == 0, "exit status", s)
+    finally:
+        if s.proc.poll() is None:
+            s.stop()
+    book = ledger_book(ledger)
+    check(book["creates"] == 2 and book["live"] == 0, f"ledger: {book}")
+    print("ok: idempotent create (8 at once: one sandbox; replay 200)")
+
+
+def api_reaping(binary, tmp):
+    """An abandoned sandbox is stopped at its TTL, an idle one at the idle
+    timeout; a TTL above the maximum is cut to it."""
+    ledger = os.path.join(tmp, "reap.ledger")
+    config = os.path.join(tmp, "reap.json")
+    with open(config, "w") as f:
+        json.dump({"scripted": {"ledger_file": ledger}}, f)
+    s = Server(binary, tmp, ["--provider-config", config,
+                             "--sandbox-idle-s", "1.5",
+                             "--max-sandbox-ttl-s", "100"], "reap")
+    try:
+        st, _, raw = call(s, "POST", "/v1/sandboxes", {"ttl_s": 0.5})
+        check(st == 201, f"create: {st}", s)
+        short = js(raw)["sandbox_id"]
+        st, _, raw = call(s, "POST", "/v1/sandboxes", {"ttl_s": 1e5})
+        check(st == 201 and js(raw)["ttl_s"] == 100, f"capped: {raw}", s)
+        idle = js(raw)["sandbox_id"]
+        wait_until("the TTL reaping", lambda: call(
+            s, "GET", "/v1/sandboxes/" + short)[0] == 404, timeout=5, server=s)
+        check(call(s, "GET", "/v1/sandboxes/" + idle)[0] == 200,
+              "the idle one is used", s)
+        wait_until("the idle reaping", lambda: s.metrics().get(
+            "sv_api_sandboxes_live") == 0, timeout=5, server=s)
+        check(s.metrics().get("sv_api_sandboxes_reaped_total") == 2,
+              "two reaped", s)
+        st, _, _ = call(s, "DELETE", "/v1/sandboxes/" + short)
+        check(st == 204, f"delete of a reaped one: {st}", s)
+        check(s.stop() == 0, "exit status", s)
+    finally:
+        if s.proc.poll() is None:
+            s.stop()
+    book = ledger_book(ledger)
+    check(book["live"] == 0, f"ledger: {book}")
+    print("ok: TTL and idle reaping")
+
+
+def main():
+    if len(sys.argv) != 3:
+        sys.exit(f"usage: {sys.argv[0]} SV_SERVE MODE")
+    binary, mode = sys.argv[1:]
+    with tempfile.TemporaryDirectory(prefix="sv-serve-sbx-") as tmp:
+        if mode == "api":
+            api_routes(binary, tmp)
+            api_idempotent(binary, tmp)
+            api_reaping(binary, tmp)
+        else:
+            sys.exit(f"unknown mode {mode}")
+
+
+if __name__ == "__main__":
+    main()
