@@ -20,10 +20,12 @@
 #include <chrono>
 #include <condition_variable>
 #include <csignal>
+#include <fcntl.h>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <poll.h>
+#include <set>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <thread>
@@ -73,7 +75,9 @@ public:
     fs::remove_all(dir_, ec);
   }
 
-  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  std::string url() const {
+    return "http://127.0.0.1:" + std::to_string(port_);
+  }
   const std::string& dir() const { return dir_; }
 
   /// kill -9: no drain, no goodbye.
@@ -115,11 +119,12 @@ private:
     auto err_path = dir_ + "/stderr";
     int out[2];
     REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
+    int err =
+      ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     pid_ = ::fork();
     REQUIRE(pid_ >= 0);
     if (pid_ == 0) {
       ::prctl(PR_SET_PDEATHSIG, SIGKILL); // never outlive the test
-      int err = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
       ::dup2(out[1], 1);
       if (err >= 0)
         ::dup2(err, 2);
@@ -127,6 +132,8 @@ private:
       ::_exit(127);
     }
     ::close(out[1]);
+    if (err >= 0)
+      ::close(err);
     // "listening on 127.0.0.1:PORT\n", within 30 s.
     std::string line;
     auto deadline = std::chrono::steady_clock::now() + 30s;
@@ -202,17 +209,19 @@ struct remote_fixture {
 
   /// One request, its answer or error (at most 30 s).
   template <class T, class... Ts>
-  caf::expected<T> ask(Ts&&... xs) {
+  caf::expected<T> ask(const Ts&... xs) {
     caf::scoped_actor self{sys};
     caf::expected<T> out{caf::make_error(caf::sec::request_timeout)};
-    self->request(provider, 30s, std::forward<Ts>(xs)...)
+    self->request(provider, 30s, xs...)
       .receive([&](T& x) { out = std::move(x); },
                [&](caf::error& e) { out = std::move(e); });
     return out;
   }
 
-  sandbox_handle create(sandbox_spec spec = {}) {
-    auto h = ask<sandbox_handle>(create_atom::value, std::move(spec));
+  sandbox_spec spec;
+
+  sandbox_handle create() {
+    auto h = ask<sandbox_handle>(create_atom::value, spec);
     INFO((h ? "" : describe(h.error())));
     REQUIRE(h);
     return *h;
@@ -246,14 +255,15 @@ TEST_CASE("remote: create, status, upload, exec, download and stop on "
   CHECK(*status == sandbox_status::running);
 
   file_map files{{"in.txt", "hello from the client\n"}, {"sub/b.txt", "b"}};
-  auto up = f.ask<ok_atom>(upload_atom::value, h, std::string{"calls/1"},
-                           files);
+  auto up =
+    f.ask<ok_atom>(upload_atom::value, h, std::string{"calls/1"}, files);
   INFO((up ? "" : describe(up.error())));
   REQUIRE(up);
 
   exec_request x;
-  x.argv = {"/bin/sh", "-c", "cat in.txt sub/b.txt > out.txt; echo done; "
-                             "echo oops >&2; exit 3"};
+  x.argv = {"/bin/sh", "-c",
+            "cat in.txt sub/b.txt > out.txt; echo done; "
+            "echo oops >&2; exit 3"};
   x.cwd = "calls/1";
   x.timeout_s = 10;
   auto res = f.ask<exec_result>(exec_atom::value, h, x);
@@ -264,8 +274,8 @@ TEST_CASE("remote: create, status, upload, exec, download and stop on "
   CHECK(res->stdout_text == "done\n");
   CHECK(res->stderr_text == "oops\n");
 
-  auto text = f.ask<std::string>(download_atom::value, h,
-                                 std::string{"calls/1/out.txt"});
+  auto text =
+    f.ask<std::string>(download_atom::value, h, std::string{"calls/1/out.txt"});
   REQUIRE(text);
   CHECK(*text == "hello from the client\nb");
 
@@ -311,7 +321,7 @@ TEST_CASE("remote: a wrong token is a typed provider error naming 401") {
     out << "wrong-token\n";
   }
   remote_fixture f{settings_for(server, {{"token_file", dir + "/wrong"}})};
-  auto h = f.ask<sandbox_handle>(create_atom::value, sandbox_spec{});
+  auto h = f.ask<sandbox_handle>(create_atom::value, f.spec);
   REQUIRE_FALSE(h);
   CHECK(code_of(h.error()) == provider_errc::sandbox_error);
   CHECK_THAT(describe(h.error()), Catch::Contains("401"));
@@ -332,10 +342,9 @@ TEST_CASE("remote: nothing listening is a typed provider error, at once") {
     serve_process server{scripted_block()};
     port = static_cast<uint16_t>(std::stoi(server.url().substr(17)));
   } // stopped: the port is closed now
-  remote_fixture f{
-    json{{"url", "http://127.0.0.1:" + std::to_string(port)}}};
+  remote_fixture f{json{{"url", "http://127.0.0.1:" + std::to_string(port)}}};
   auto t0 = std::chrono::steady_clock::now();
-  auto h = f.ask<sandbox_handle>(create_atom::value, sandbox_spec{});
+  auto h = f.ask<sandbox_handle>(create_atom::value, f.spec);
   REQUIRE_FALSE(h);
   CHECK(code_of(h.error()) == provider_errc::sandbox_error);
   CHECK_THAT(describe(h.error()), Catch::Contains("connect"));
@@ -409,9 +418,11 @@ TEST_CASE("remote: keep-alive connections are reused, at most N at once") {
 TEST_CASE("remote: sv-serve killed mid-batch fails every verification as "
           "provider_unavailable, none lost") {
   // Every exec takes 3 s on the server: the batch is in exec when it dies.
-  serve_process server{scripted_block(
-    {{"exec", json::array({json{{"fault", "delay"}, {"delay_ms", 3000}}})}})};
   constexpr size_t count = 12;
+  auto delays = json::array();
+  for (size_t i = 0; i < count; ++i) // the i-th exec on the provider
+    delays.push_back(json{{"fault", "delay"}, {"delay_ms", 3000}});
+  serve_process server{scripted_block({{"exec", delays}})};
   grader_options opts;
   opts.max_in_flight = count;
   opts.max_creating = count;
@@ -491,9 +502,8 @@ remote::http_outcome transport(remote::http_failure_kind kind) {
 } // namespace
 
 TEST_CASE("remote settings: strict, with the url checked") {
-  auto cfg = parse_remote_provider_config(
-    json{{"url", "http://10.0.0.5:8080/"}, {"connections", 4},
-         {"timeout_s", 2.5}});
+  auto cfg = parse_remote_provider_config(json{
+    {"url", "http://10.0.0.5:8080/"}, {"connections", 4}, {"timeout_s", 2.5}});
   CHECK(cfg.host == "10.0.0.5");
   CHECK(cfg.port == 8080);
   CHECK(cfg.connections == 4);
@@ -519,8 +529,7 @@ TEST_CASE("remote settings: strict, with the url checked") {
   fails(json{{"url", "http://h:1/api"}}, "url", "path");
   fails(json{{"url", "http://h:1"}, {"connections", 0}}, "connections",
         "integer");
-  fails(json{{"url", "http://h:1"}, {"timeout_s", -1}}, "timeout_s",
-        "seconds");
+  fails(json{{"url", "http://h:1"}, {"timeout_s", -1}}, "timeout_s", "seconds");
   // Through the factory, the key is named with the provider.
   try {
     prepare_provider(parse_provider_block(
@@ -540,7 +549,11 @@ TEST_CASE("remote wire: requests") {
   CHECK(c.target == "/v1/sandboxes");
   CHECK(c.idempotent);
   CHECK(c.deadline == 5000ms);
-  CHECK(json::parse(c.body) == json(spec));
+  auto sent = json(spec);
+  sent.erase("ttl_s"); // 0: the server's default
+  CHECK(json::parse(c.body) == sent);
+  spec.ttl_s = 90;
+  CHECK(json::parse(remote::make_create(cfg, spec, "k", 5).body) == json(spec));
   auto has = [](const remote::http_request& r, const std::string& k,
                 const std::string& v) {
     for (auto& h : r.headers)
@@ -551,7 +564,8 @@ TEST_CASE("remote wire: requests") {
   CHECK(has(c, "Idempotency-Key", "key-1"));
   CHECK(has(c, "Authorization", "Bearer tok"));
   auto d = remote::make_download(cfg, "sbx-1", "calls/a b/result.json");
-  CHECK(d.target == "/v1/sandboxes/sbx-1/files?path=calls%2Fa%20b%2Fresult.json");
+  CHECK(d.target ==
+        "/v1/sandboxes/sbx-1/files?path=calls%2Fa%20b%2Fresult.json");
   exec_request x;
   x.argv = {"python3"};
   x.timeout_s = 7;
@@ -568,8 +582,8 @@ TEST_CASE("remote wire: requests") {
 TEST_CASE("remote wire: answers and failures become typed results") {
   auto cfg = test_cfg();
   using remote::remote_op;
-  auto created = remote::read_create(cfg, answer(201, {{"sandbox_id", "sbx-9"},
-                                                       {"ttl_s", 60}}));
+  auto created = remote::read_create(
+    cfg, answer(201, {{"sandbox_id", "sbx-9"}, {"ttl_s", 60}}));
   REQUIRE(created);
   CHECK(created->sandbox_id == "sbx-9");
   CHECK(remote::read_create(cfg, answer(200, {{"sandbox_id", "sbx-9"}})));
@@ -591,9 +605,9 @@ TEST_CASE("remote wire: answers and failures become typed results") {
   // Named provider errors keep their meaning.
   CHECK(code_of(err(remote_op::download, error_answer(404, "not_found"))) ==
         provider_errc::not_found);
-  CHECK(code_of(err(remote_op::download,
-                    error_answer(400, "not_regular_file"))) ==
-        provider_errc::not_regular_file);
+  CHECK(
+    code_of(err(remote_op::download, error_answer(400, "not_regular_file"))) ==
+    provider_errc::not_regular_file);
   CHECK(code_of(err(remote_op::download, error_answer(500, "too_large"))) ==
         provider_errc::too_large);
   CHECK(code_of(err(remote_op::download, error_answer(400, "invalid_path"))) ==
@@ -601,8 +615,9 @@ TEST_CASE("remote wire: answers and failures become typed results") {
   CHECK(code_of(err(remote_op::exec, error_answer(404, "no_such_sandbox"))) ==
         provider_errc::no_such_sandbox);
   // By status otherwise.
-  CHECK(code_of(err(remote_op::status, error_answer(404, "no_such_endpoint"))) ==
-        provider_errc::no_such_sandbox);
+  CHECK(
+    code_of(err(remote_op::status, error_answer(404, "no_such_endpoint"))) ==
+    provider_errc::no_such_sandbox);
   CHECK(code_of(err(remote_op::create, error_answer(400, "invalid_request"))) ==
         provider_errc::invalid_argument);
   CHECK(code_of(err(remote_op::create,
@@ -629,7 +644,8 @@ TEST_CASE("remote wire: answers and failures become typed results") {
                     transport(remote::http_failure_kind::too_large))) ==
         provider_errc::too_large);
   // What a create may retry with its key.
-  CHECK(remote::create_may_retry(transport(remote::http_failure_kind::connect)));
+  CHECK(
+    remote::create_may_retry(transport(remote::http_failure_kind::connect)));
   CHECK(remote::create_may_retry(transport(remote::http_failure_kind::lost)));
   CHECK(remote::create_may_retry(error_answer(503, "unavailable")));
   CHECK(remote::create_may_retry(error_answer(429, "too_many_sandboxes")));

@@ -24,8 +24,8 @@ double read_seconds(const json& v, const std::string& key) {
 
 uint64_t read_count(const json& v, const std::string& key, uint64_t min,
                     uint64_t max) {
-  if (!v.is_number_unsigned() || v.get<uint64_t>() < min ||
-      v.get<uint64_t>() > max)
+  if (!v.is_number_integer() || v.get<int64_t>() < 0 ||
+      v.get<uint64_t>() < min || v.get<uint64_t>() > max)
     throw json_error(key, "expected an integer in [" + std::to_string(min) +
                             ", " + std::to_string(max) + "]");
   return v.get<uint64_t>();

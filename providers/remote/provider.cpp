@@ -17,13 +17,13 @@
 #include "providers/remote/http_client.hpp"
 #include "providers/remote/wire.hpp"
 
+#include <algorithm>
 #include <caf/actor_cast.hpp>
 #include <caf/actor_system.hpp>
 #include <caf/event_based_actor.hpp>
 #include <caf/response_promise.hpp>
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
-#include <algorithm>
 #include <chrono>
 #include <spdlog/spdlog.h>
 #include <unordered_map>
@@ -167,8 +167,9 @@ void send_create(create_attempt a) {
         out.response.retry_after.size() < 6 &&
         out.response.retry_after.find_first_not_of("0123456789") ==
           std::string::npos)
-      backoff = std::max(backoff, std::chrono::milliseconds{std::stoi(
-                                    out.response.retry_after) * 1000});
+      backoff = std::max(
+        backoff,
+        std::chrono::milliseconds{std::stoi(out.response.retry_after) * 1000});
     if (create_may_retry(out) && a.attempt < a.cfg->create_attempts &&
         steady::now() + 2 * backoff < a.deadline) {
       if (auto client = a.client.lock()) {

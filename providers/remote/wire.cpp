@@ -179,7 +179,12 @@ double create_deadline_s(const remote_provider_config& cfg,
 http_request make_create(const remote_provider_config& cfg,
                          const sandbox_spec& spec, const std::string& key,
                          double deadline_s) {
-  auto r = with_json(base(cfg, "POST", "/v1/sandboxes", deadline_s), spec);
+  json body = spec;
+  // sv-serve gives a sandbox without a TTL its default TTL, but its strict
+  // reader refuses `"ttl_s": 0`: leave it out.
+  if (!(spec.ttl_s > 0))
+    body.erase("ttl_s");
+  auto r = with_json(base(cfg, "POST", "/v1/sandboxes", deadline_s), body);
   r.headers.emplace_back("Idempotency-Key", key);
   r.idempotent = true; // the key makes it so
   return r;
