@@ -95,8 +95,9 @@ std::optional<int> parse_cli(int argc, char** argv, cli_options& opts) {
                  "JSON or YAML provider block file (default: {\"local\": {}})");
   app.add_option("--token-file", opts.token_file,
                  "bearer tokens, one a line (re-read on SIGHUP)");
-  app.add_option("--tls-cert", opts.tls_cert, "not supported yet");
-  app.add_option("--tls-key", opts.tls_key, "not supported yet");
+  app.add_option("--tls-cert", opts.tls_cert,
+                 "PEM certificate chain: the port speaks TLS (1.2+) only");
+  app.add_option("--tls-key", opts.tls_key, "PEM private key of --tls-cert");
   app
     .add_option("--max-body-bytes", opts.max_body_bytes,
                 "longest request body; a longer one is 413")
@@ -240,10 +241,11 @@ std::chrono::milliseconds to_ms(double seconds) {
 }
 
 int run(const cli_options& opts) {
-  if (!opts.tls_cert.empty() || !opts.tls_key.empty())
-    throw usage_error("--tls-cert/--tls-key: TLS is not supported yet; put "
-                      "a TLS proxy in front");
+  if (opts.tls_cert.empty() != opts.tls_key.empty())
+    throw usage_error("--tls-cert and --tls-key go together");
   serve::server_options sopts;
+  sopts.tls_cert = opts.tls_cert;
+  sopts.tls_key = opts.tls_key;
   parse_listen(opts, sopts);
   sopts.max_body_bytes = opts.max_body_bytes;
   sopts.max_json_depth = opts.max_json_depth;

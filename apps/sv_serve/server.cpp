@@ -10,19 +10,23 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 #include <csignal>
 #include <deque>
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <poll.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace sv::serve {
@@ -33,6 +37,8 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 namespace net = boost::asio;
 using tcp = net::ip::tcp;
+namespace ssl = net::ssl;
+using tls_stream = beast::ssl_stream<beast::tcp_stream>;
 
 /// What all sessions share.
 struct shared_state {
@@ -105,30 +111,39 @@ http::status status_of(const verification_outcome& out) {
   return http::status::ok;
 }
 
-class session : public std::enable_shared_from_this<session> {
+/// One connection: `Stream` is a beast::tcp_stream or a TLS stream over
+/// one (already past its handshake).
+template <class Stream>
+class session : public std::enable_shared_from_this<session<Stream>> {
 public:
-  session(tcp::socket&& socket, std::shared_ptr<shared_state> st)
-      : stream_(std::move(socket)), st_(std::move(st)) {}
+  static constexpr bool tls = !std::is_same_v<Stream, beast::tcp_stream>;
+
+  session(Stream&& stream, beast::flat_buffer&& buffer,
+          std::shared_ptr<shared_state> st)
+      : stream_(std::move(stream)), buffer_(std::move(buffer)),
+        st_(std::move(st)) {}
 
   ~session() { release(); }
 
   void run() {
     net::dispatch(
       stream_.get_executor(),
-      beast::bind_front_handler(&session::do_read, shared_from_this()));
+      beast::bind_front_handler(&session::do_read, this->shared_from_this()));
   }
 
 private:
+  beast::tcp_stream& tcp() { return beast::get_lowest_layer(stream_); }
+
   // -- reading a request ------------------------------------------------------
 
   void do_read() {
     parser_.emplace();
     parser_->header_limit(static_cast<uint32_t>(st_->opts.max_header_bytes));
     parser_->body_limit(st_->opts.max_body_bytes);
-    stream_.expires_after(st_->opts.header_timeout);
+    tcp().expires_after(st_->opts.header_timeout);
     http::async_read_header(
       stream_, buffer_, *parser_,
-      beast::bind_front_handler(&session::on_header, shared_from_this()));
+      beast::bind_front_handler(&session::on_header, this->shared_from_this()));
   }
 
   void on_header(beast::error_code ec, size_t) {
@@ -147,7 +162,7 @@ private:
       static const std::string cont = "HTTP/1.1 100 Continue\r\n\r\n";
       net::async_write(
         stream_, net::buffer(cont),
-        [self = shared_from_this()](beast::error_code ec, size_t) {
+        [self = this->shared_from_this()](beast::error_code ec, size_t) {
           if (ec)
             return self->close();
           self->read_body();
@@ -158,10 +173,10 @@ private:
   }
 
   void read_body() {
-    stream_.expires_after(st_->opts.body_timeout);
+    tcp().expires_after(st_->opts.body_timeout);
     http::async_read(
       stream_, buffer_, *parser_,
-      beast::bind_front_handler(&session::on_read, shared_from_this()));
+      beast::bind_front_handler(&session::on_read, this->shared_from_this()));
   }
 
   void on_read(beast::error_code ec, size_t) {
@@ -239,7 +254,7 @@ private:
   }
 
   void serve_metrics() {
-    auto self = shared_from_this();
+    auto self = this->shared_from_this();
     fetch_stats(*st_->ctx.sys, st_->ctx.supervisor,
                 [self](std::optional<supervisor_stats> stats) {
                   net::post(self->stream_.get_executor(), [self, stats] {
@@ -269,7 +284,7 @@ private:
     req.body().clear();
     ++st_->busy;
     holding_busy_ = true;
-    auto self = shared_from_this();
+    auto self = this->shared_from_this();
     st_->ctx.sandboxes->handle(std::move(call), [self](sandbox_reply r) {
       net::post(self->stream_.get_executor(),
                 [self, r = std::move(r)]() mutable {
@@ -296,7 +311,7 @@ private:
   /// Starts the client of this request; its outcomes come back to
   /// `on_outcome` on this session's strand.
   void start_client() {
-    auto self = shared_from_this();
+    auto self = this->shared_from_this();
     client_ =
       spawn_client(*st_->ctx.sys, st_->ctx.supervisor,
                    [self](uint64_t tag, verification_outcome out) {
@@ -411,9 +426,9 @@ private:
   /// connection would go unnoticed: wait for the socket to turn readable and
   /// peek. End of stream means the client is gone.
   void watch_peer() {
-    stream_.socket().async_wait(
+    tcp().socket().async_wait(
       tcp::socket::wait_read,
-      [self = shared_from_this()](beast::error_code ec) {
+      [self = this->shared_from_this()](beast::error_code ec) {
         self->on_peer_readable(ec);
       });
   }
@@ -423,9 +438,18 @@ private:
       return;
     char c;
     auto n =
-      ::recv(stream_.socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (n > 0)
-      return; // a pipelined request: read after this one
+      ::recv(tcp().socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n > 0) {
+      // A pipelined request (read after this one), or, under TLS, maybe a
+      // close_notify: then the peer has also shut its side.
+      if constexpr (tls) {
+        pollfd pfd{tcp().socket().native_handle(), POLLRDHUP, 0};
+        if (::poll(&pfd, 1, 0) == 1 &&
+            (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR)))
+          on_peer_gone();
+      }
+      return;
+    }
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
       return watch_peer();
     on_peer_gone();
@@ -446,8 +470,8 @@ private:
     end_work();
     release();
     beast::error_code ignored;
-    stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
-    stream_.close();
+    tcp().socket().shutdown(tcp::socket::shutdown_both, ignored);
+    tcp().close();
   }
 
   // -- writing ----------------------------------------------------------------
@@ -469,11 +493,13 @@ private:
     res->keep_alive(keep_alive_);
     res->body() = std::move(body);
     res->prepare_payload();
+    if (status == http::status::no_content)
+      res->erase(http::field::content_length);
     st_->ctx.counters->count_http(static_cast<unsigned>(status));
-    stream_.expires_after(st_->opts.body_timeout);
+    tcp().expires_after(st_->opts.body_timeout);
     http::async_write(
       stream_, *res,
-      [self = shared_from_this(), res](beast::error_code ec, size_t) {
+      [self = this->shared_from_this(), res](beast::error_code ec, size_t) {
         self->on_written(ec);
       });
   }
@@ -492,14 +518,14 @@ private:
   void pump() {
     if (writing_ || gone_)
       return;
-    auto self = shared_from_this();
+    auto self = this->shared_from_this();
     auto next = [self](beast::error_code ec, size_t) {
       self->writing_ = false;
       if (ec)
         return self->on_peer_gone();
       self->pump();
     };
-    stream_.expires_after(st_->opts.body_timeout);
+    tcp().expires_after(st_->opts.body_timeout);
     if (!header_sent_) {
       header_sent_ = writing_ = true;
       http::async_write_header(stream_, *serializer_, next);
@@ -518,7 +544,7 @@ private:
       if (last_sent_)
         finish_batch();
       else
-        stream_.expires_never();
+        tcp().expires_never();
       return;
     }
     last_sent_ = writing_ = true;
@@ -539,23 +565,30 @@ private:
   /// kernel does not answer it with a reset that could destroy our answer.
   void close() {
     release();
+    if constexpr (tls) {
+      // close_notify both ways, within a second.
+      tcp().expires_after(std::chrono::seconds{1});
+      stream_.async_shutdown([self = this->shared_from_this()](
+                               beast::error_code) { self->tcp().close(); });
+      return;
+    }
     beast::error_code ignored;
-    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
-    stream_.expires_after(std::chrono::seconds{1});
+    tcp().socket().shutdown(tcp::socket::shutdown_send, ignored);
+    tcp().expires_after(std::chrono::seconds{1});
     linger();
   }
 
   void linger() {
     stream_.async_read_some(
       net::buffer(discard_),
-      [self = shared_from_this()](beast::error_code ec, size_t) {
+      [self = this->shared_from_this()](beast::error_code ec, size_t) {
         if (ec)
-          return self->stream_.close();
+          return self->tcp().close();
         self->linger();
       });
   }
 
-  beast::tcp_stream stream_;
+  Stream stream_;
   beast::flat_buffer buffer_;
   std::shared_ptr<shared_state> st_;
   std::optional<http::request_parser<http::string_body>> parser_;
@@ -581,11 +614,96 @@ private:
   bool last_sent_ = false;
 };
 
+/// A connection to a TLS port: its first bytes say whether it speaks TLS.
+/// If so, the handshake (within the header deadline), then a session; if
+/// not, a plain 400 saying so, and the connection closed.
+class tls_detector : public std::enable_shared_from_this<tls_detector> {
+public:
+  tls_detector(tcp::socket&& socket, ssl::context& ctx,
+               std::shared_ptr<shared_state> st)
+      : stream_(std::move(socket)), ctx_(ctx), st_(std::move(st)) {}
+
+  void run() {
+    net::dispatch(
+      stream_.get_executor(),
+      beast::bind_front_handler(&tls_detector::detect, shared_from_this()));
+  }
+
+private:
+  void detect() {
+    stream_.expires_after(st_->opts.header_timeout);
+    beast::async_detect_ssl(
+      stream_, buffer_,
+      beast::bind_front_handler(&tls_detector::on_detect, shared_from_this()));
+  }
+
+  void on_detect(beast::error_code ec, bool is_tls) {
+    if (ec)
+      return stream_.close();
+    if (!is_tls)
+      return refuse_plain();
+    tls_.emplace(std::move(stream_), ctx_);
+    tls_->async_handshake(ssl::stream_base::server, buffer_.data(),
+                          beast::bind_front_handler(&tls_detector::on_handshake,
+                                                    shared_from_this()));
+  }
+
+  void on_handshake(beast::error_code ec, size_t used) {
+    if (ec) {
+      spdlog::debug("TLS handshake: {}", ec.message());
+      return beast::get_lowest_layer(*tls_).close();
+    }
+    buffer_.consume(used);
+    std::make_shared<session<tls_stream>>(std::move(*tls_), std::move(buffer_),
+                                          st_)
+      ->run();
+  }
+
+  void refuse_plain() {
+    static const std::string body =
+      error_body("bad_request", "this port speaks TLS (https://)");
+    static const std::string reply =
+      "HTTP/1.1 400 Bad Request\r\nServer: sv-serve\r\n"
+      "Content-Type: application/json\r\nConnection: close\r\n"
+      "Content-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n" + body;
+    st_->ctx.counters->count_http(400);
+    stream_.expires_after(std::chrono::seconds{1});
+    net::async_write(stream_, net::buffer(reply),
+                     [self = shared_from_this()](beast::error_code, size_t) {
+                       beast::error_code ignored;
+                       self->stream_.socket().shutdown(
+                         tcp::socket::shutdown_send, ignored);
+                       self->linger();
+                     });
+  }
+
+  /// As a session's close: what the client still sends is dropped for up
+  /// to a second, so no reset takes the answer with it.
+  void linger() {
+    stream_.async_read_some(
+      net::buffer(discard_),
+      [self = shared_from_this()](beast::error_code ec, size_t) {
+        if (ec)
+          return self->stream_.close();
+        self->linger();
+      });
+  }
+
+  beast::tcp_stream stream_;
+  ssl::context& ctx_;
+  std::shared_ptr<shared_state> st_;
+  beast::flat_buffer buffer_;
+  std::optional<tls_stream> tls_;
+  std::array<char, 4096> discard_;
+};
+
 class listener : public std::enable_shared_from_this<listener> {
 public:
   listener(net::io_context& ioc, tcp::endpoint ep,
-           std::shared_ptr<shared_state> st)
-      : ioc_(ioc), acceptor_(net::make_strand(ioc)), st_(std::move(st)) {
+           std::shared_ptr<shared_state> st, ssl::context* tls)
+      : ioc_(ioc), acceptor_(net::make_strand(ioc)), st_(std::move(st)),
+        tls_(tls) {
     acceptor_.open(ep.protocol());
     acceptor_.set_option(net::socket_base::reuse_address(true));
     acceptor_.bind(ep);
@@ -613,8 +731,12 @@ private:
   void on_accept(beast::error_code ec, tcp::socket socket) {
     if (ec == net::error::operation_aborted || !acceptor_.is_open())
       return;
-    if (!ec)
-      std::make_shared<session>(std::move(socket), st_)->run();
+    if (!ec && tls_)
+      std::make_shared<tls_detector>(std::move(socket), *tls_, st_)->run();
+    else if (!ec)
+      std::make_shared<session<beast::tcp_stream>>(
+        beast::tcp_stream{std::move(socket)}, beast::flat_buffer{}, st_)
+        ->run();
     else
       spdlog::warn("accept: {}", ec.message());
     do_accept();
@@ -623,6 +745,7 @@ private:
   net::io_context& ioc_;
   tcp::acceptor acceptor_;
   std::shared_ptr<shared_state> st_;
+  ssl::context* tls_; // null: plain HTTP
 };
 
 /// SIGTERM / SIGINT: drain; SIGHUP: re-read the tokens.
@@ -707,9 +830,28 @@ int run_server(const server_options& opts, const server_context& ctx) {
   auto addr = net::ip::make_address(opts.host, ec);
   if (ec)
     throw std::runtime_error("--listen " + opts.host + ": " + ec.message());
+  std::optional<ssl::context> tls;
+  if (!opts.tls_cert.empty()) {
+    tls.emplace(ssl::context::tls_server);
+    tls->set_options(ssl::context::default_workarounds |
+                     ssl::context::no_sslv2 | ssl::context::no_sslv3 |
+                     ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1 |
+                     ssl::context::single_dh_use);
+    try {
+      tls->use_certificate_chain_file(opts.tls_cert);
+    } catch (const boost::system::system_error& e) {
+      throw std::runtime_error("--tls-cert " + opts.tls_cert + ": " + e.what());
+    }
+    try {
+      tls->use_private_key_file(opts.tls_key, ssl::context::pem);
+    } catch (const boost::system::system_error& e) {
+      throw std::runtime_error("--tls-key " + opts.tls_key + ": " + e.what());
+    }
+  }
   std::shared_ptr<listener> lst;
   try {
-    lst = std::make_shared<listener>(ioc, tcp::endpoint{addr, opts.port}, st);
+    lst = std::make_shared<listener>(ioc, tcp::endpoint{addr, opts.port}, st,
+                                     tls ? &*tls : nullptr);
   } catch (const boost::system::system_error& e) {
     throw std::runtime_error("cannot listen on " + opts.host + ":" +
                              std::to_string(opts.port) + ": " + e.what());

@@ -36,6 +36,9 @@ struct server_options {
   /// How long SIGTERM waits for the verifications in flight.
   std::chrono::milliseconds drain_timeout = std::chrono::seconds{120};
   size_t threads = 2;
+  /// PEM files; both set: the port speaks TLS only.
+  std::string tls_cert;
+  std::string tls_key;
 };
 
 struct server_context {
