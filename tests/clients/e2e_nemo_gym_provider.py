@@ -249,6 +249,20 @@ async def wrong_token(plugin, binary, tmp):
     print("ok: a wrong token is SandboxCreateError (401)")
 
 
+async def starting(plugin, binary, tmp):
+    """create() returns only once the sandbox runs (3 'starting' first)."""
+    server = Server(binary, tmp, {"scripted": {"starting_polls": 3}})
+    try:
+        provider = plugin.SvServeProvider(url=server.url)
+        handle = await bounded(provider.create(SandboxSpec(ready_timeout_s=10)), "create")
+        check(await provider.status(handle) == plugin.SandboxStatus.RUNNING, "not running")
+        await provider.close(handle)
+        check(await provider.status(handle) == plugin.SandboxStatus.STOPPED, "not stopped")
+    finally:
+        server.stop()
+    print("ok: create waits through 'starting' until running")
+
+
 async def server_gone(plugin, binary, tmp):
     # Scripted behind it: a kill -9 leaves no real sandbox behind.
     server = Server(binary, tmp, {"scripted": {}})
@@ -289,10 +303,11 @@ async def main_async(binary, plugin):
         root = os.path.join(tmp, "root")
         left = os.listdir(root) if os.path.isdir(root) else []
         check(left == [], f"left under the sandbox root: {left}")
-        for name in ("token-case", "gone-case"):
+        for name in ("token-case", "gone-case", "starting-case"):
             os.mkdir(os.path.join(tmp, name))
         await wrong_token(plugin, binary, os.path.join(tmp, "token-case"))
         await server_gone(plugin, binary, os.path.join(tmp, "gone-case"))
+        await starting(plugin, binary, os.path.join(tmp, "starting-case"))
     check(plugin.register() is False, "register() without NeMo Gym")
 
 

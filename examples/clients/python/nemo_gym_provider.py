@@ -326,7 +326,11 @@ class SvServeProvider:
         # Ready: poll with backoff until running, within the ready timeout.
         delay = 0.01
         while True:
-            state = await self.status(handle)
+            try:
+                state = await self._status(handle)
+            except SvServeError as e:
+                await self.close(handle)
+                raise SandboxCreateError(f"sandbox {sandbox_id}: {e}") from e
             if state == SandboxStatus.RUNNING:
                 return handle
             if state in (SandboxStatus.ERROR, SandboxStatus.STOPPED) or time.monotonic() + delay > deadline:
@@ -409,18 +413,25 @@ class SvServeProvider:
 
         await asyncio.to_thread(write)
 
-    async def status(self, handle):
-        try:
-            status, _, data = await self._call("GET", self._target(handle))
-        except SvServeError:
-            return SandboxStatus.UNKNOWN
+    async def _status(self, handle):
+        """The status; raises SvServeError when the server cannot say."""
+        status, _, data = await self._call("GET", self._target(handle))
         if status == 404:
-            return SandboxStatus.STOPPED if _error_of(status, data).code == "no_such_sandbox" else SandboxStatus.UNKNOWN
+            err = _error_of(status, data)
+            if err.code == "no_such_sandbox":
+                return SandboxStatus.STOPPED
+            raise err
         if status != 200:
-            return SandboxStatus.UNKNOWN
+            raise _error_of(status, data)
         try:
             return SandboxStatus(json.loads(data)["status"])
         except (ValueError, KeyError, TypeError):
+            return SandboxStatus.UNKNOWN
+
+    async def status(self, handle):
+        try:
+            return await self._status(handle)
+        except SvServeError:
             return SandboxStatus.UNKNOWN
 
     async def close(self, handle):
