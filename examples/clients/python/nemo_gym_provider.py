@@ -40,6 +40,7 @@ stand-ins with the same fields for ``SandboxHandle``, ``SandboxExecResult``,
 """
 
 import asyncio
+import concurrent.futures
 import http.client
 import json
 import logging
@@ -235,6 +236,7 @@ class SvServeProvider:
         if int(connections) < 1:
             raise ValueError("sv_serve: connections must be at least 1")
         self._http = _Http(url, token, int(connections), float(timeout_s))
+        self._executor = concurrent.futures.ThreadPoolExecutor(int(connections), thread_name_prefix="sv-serve")
         self._exec_grace_s = float(exec_grace_s)
         self._ready_timeout_s = float(ready_timeout_s)
         self._shell = shell
@@ -242,7 +244,11 @@ class SvServeProvider:
     # -- helpers --------------------------------------------------------------
 
     async def _call(self, method, target, body=None, headers=None, timeout_s=None, idempotent=True):
-        return await asyncio.to_thread(self._http.request, method, target, body, headers, timeout_s, idempotent)
+        # Its own threads, one per connection (asyncio's default executor
+        # has only a few on a small machine).
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self._executor, self._http.request, method, target, body, headers, timeout_s, idempotent)
 
     @staticmethod
     def _target(handle, suffix=""):
