@@ -162,7 +162,12 @@ void send_create(create_attempt a) {
   auto req = make_create(*a.cfg, *a.spec, a.key, std::max(0.001, left));
   auto& pool = client->pool;
   pool.submit(std::move(req), [a{std::move(a)}](http_outcome out) mutable {
-    auto backoff = std::chrono::milliseconds{100 << (a.attempt - 1)};
+    // 429: the token has as many live sandboxes as sv-serve allows; wait
+    // for one to end (Retry-After), until the deadline. Otherwise (nothing
+    // answered, 503) a few tries.
+    auto full = out.ok && out.response.status == 429;
+    auto backoff =
+      std::chrono::milliseconds{100 << std::min(a.attempt - 1, 4u)};
     if (out.ok && !out.response.retry_after.empty() &&
         out.response.retry_after.size() < 6 &&
         out.response.retry_after.find_first_not_of("0123456789") ==
@@ -170,14 +175,15 @@ void send_create(create_attempt a) {
       backoff = std::max(
         backoff,
         std::chrono::milliseconds{std::stoi(out.response.retry_after) * 1000});
-    if (create_may_retry(out) && a.attempt < a.cfg->create_attempts &&
+    if (create_may_retry(out) && (full || a.attempt < a.cfg->create_attempts) &&
         steady::now() + 2 * backoff < a.deadline) {
       if (auto client = a.client.lock()) {
-        spdlog::info("remote provider: create on {} failed ({}), trying again "
-                     "with the same key",
-                     a.cfg->url,
-                     out.ok ? std::to_string(out.response.status)
-                            : std::string{to_string(out.failure)});
+        if (!full)
+          spdlog::info("remote provider: create on {} failed ({}), trying "
+                       "again with the same key",
+                       a.cfg->url,
+                       out.ok ? std::to_string(out.response.status)
+                              : std::string{to_string(out.failure)});
         ++a.attempt;
         client->pool.after(backoff,
                            [a]() mutable { send_create(std::move(a)); });
