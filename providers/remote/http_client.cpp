@@ -6,6 +6,7 @@
 
 #include "providers/remote/http_client.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/executor_work_guard.hpp>
