@@ -40,7 +40,9 @@ using clock = std::chrono::steady_clock;
 sandbox_reply json_reply(unsigned status, const json& body) {
   sandbox_reply r;
   r.status = status;
-  r.body = body.dump() + "\n";
+  // Sandbox output and ids from the path may be any bytes: invalid UTF-8
+  // becomes U+FFFD instead of an exception.
+  r.body = body.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
   return r;
 }
 
@@ -610,8 +612,7 @@ void on_sandbox_call(api_ptr self, const sandbox_call& call,
   }
 }
 
-void on_call(api_ptr self, sandbox_call& call, sandbox_reply_fn& fn) {
-  auto slot = hold(self, std::move(fn));
+void on_call(api_ptr self, sandbox_call& call, uint64_t slot) {
   auto t = parse_target(call);
   if (*t.allow == '\0')
     return answer(self, slot,
@@ -642,7 +643,8 @@ void on_call(api_ptr self, sandbox_call& call, sandbox_reply_fn& fn) {
   } catch (const std::exception& e) {
     return answer(self, slot, schema_error(e));
   }
-  start_create(self, call, std::move(spec), j.dump(), slot);
+  start_create(self, call, std::move(spec),
+               j.dump(-1, ' ', false, json::error_handler_t::replace), slot);
 }
 
 void reap(api_ptr self) {
@@ -679,8 +681,17 @@ caf::behavior api_actor(api_ptr self, std::shared_ptr<inbox> in) {
         std::lock_guard<std::mutex> guard{in->mtx};
         calls.swap(in->calls);
       }
-      for (auto& [call, fn] : calls)
-        on_call(self, call, fn);
+      for (auto& [call, fn] : calls) {
+        auto slot = hold(self, std::move(fn));
+        // An exception would kill the owner of every sandbox: answer 500.
+        try {
+          on_call(self, call, slot);
+        } catch (const std::exception& e) {
+          spdlog::error("sandbox API: {} {}: {}", call.method, call.target,
+                        e.what());
+          answer(self, slot, error_reply(500, "internal", e.what()));
+        }
+      }
     },
     [=](reap_atom) {
       if (self->state.finishing)
@@ -755,7 +766,7 @@ sandbox_api::sandbox_api(caf::actor_system& sys,
 }
 
 sandbox_api::~sandbox_api() {
-  if (impl_ && !impl_->in->done)
+  if (!ended())
     shut_down(std::chrono::seconds{10});
 }
 
@@ -778,8 +789,16 @@ void sandbox_api::drain() {
 }
 
 bool sandbox_api::shut_down(std::chrono::milliseconds timeout) {
-  auto& fut = impl_->finished;
+  begin_shut_down();
+  return wait_shut_down(timeout);
+}
+
+void sandbox_api::begin_shut_down() {
   caf::anon_send(impl_->actor, finish_atom::value);
+}
+
+bool sandbox_api::wait_shut_down(std::chrono::milliseconds timeout) {
+  auto& fut = impl_->finished;
   if (fut.wait_for(timeout) == std::future_status::ready)
     return true;
   spdlog::warn("the sandbox API did not stop its sandboxes within {} ms "
@@ -788,6 +807,10 @@ bool sandbox_api::shut_down(std::chrono::milliseconds timeout) {
   caf::anon_send(impl_->actor, abort_atom::value);
   fut.wait_for(std::chrono::seconds{5});
   return false;
+}
+
+bool sandbox_api::ended() const {
+  return impl_->in->done;
 }
 
 } // namespace sv::serve

@@ -99,6 +99,15 @@ public:
   /// a CAF thread) at most `timeout`. False when it did not finish.
   bool shut_down(std::chrono::milliseconds timeout);
 
+  /// The two halves of `shut_down`: the request (never blocks) and the
+  /// wait (blocks; after `timeout` the actor is ended at once, answering
+  /// nobody, and the wait goes on up to 5 s more).
+  void begin_shut_down();
+  bool wait_shut_down(std::chrono::milliseconds timeout);
+
+  /// Whether the actor has ended.
+  bool ended() const;
+
 private:
   struct impl;
   std::unique_ptr<impl> impl_;

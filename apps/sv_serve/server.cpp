@@ -97,7 +97,9 @@ bool needs_token(route r) {
 
 /// Every error of sv-serve: {"error": {"code": ..., "message": ...}}.
 std::string error_body(const char* code, const std::string& message) {
-  return json{{"error", {{"code", code}, {"message", message}}}}.dump() + "\n";
+  return json{{"error", {{"code", code}, {"message", message}}}}.dump(
+           -1, ' ', false, json::error_handler_t::replace) +
+         "\n";
 }
 
 /// The status of a graded submission's answer.

@@ -13,6 +13,7 @@ Every wait is bounded.
 import json
 import os
 import signal
+import socket
 import sys
 import tempfile
 import threading
@@ -79,7 +80,7 @@ def api_routes(binary, tmp):
         check(st == 200 and js(raw) == {"status": "running"},
               f"status: {st} {raw}", s)
         st, _, raw = call(s, "PUT", base + "/files",
-                          {"dir": "/sandbox", "files": {"a.txt": "hi"}},
+                          {"dir": "", "files": {"a.txt": "hi"}},
                           token="alice")
         check(st == 204 and raw == b"", f"upload: {st} {raw}", s)
         st, _, raw = call(s, "POST", base + "/exec",
@@ -115,6 +116,21 @@ def api_routes(binary, tmp):
                   f"{method} {path}: {st} {raw}", s)
             if want == 405:
                 check("Allow" in hdrs, f"405 without Allow: {hdrs}", s)
+        # An id that is not UTF-8 (raw bytes in the path).
+        sock = socket.create_connection(("127.0.0.1", s.port), TIMEOUT)
+        sock.sendall(b"GET /v1/sandboxes/\xff\xfe HTTP/1.1\r\nHost: x\r\n"
+                     b"Authorization: Bearer alice\r\nConnection: close"
+                     b"\r\n\r\n")
+        sock.settimeout(TIMEOUT)
+        reply = b""
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            reply += chunk
+        sock.close()
+        check(reply.startswith(b"HTTP/1.1 404") and b"no_such_sandbox" in reply,
+              f"a non-UTF-8 id: {reply!r}", s)
         st, _, raw = call(s, "POST", "/v1/sandboxes", {}, token="alice",
                           key="bad key!")
         check(st == 400 and error_code(raw) == "invalid_request",
