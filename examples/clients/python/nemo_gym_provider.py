@@ -272,9 +272,10 @@ class SvServeProvider:
     @staticmethod
     def _spec_body(spec):
         body = {}
+        # 0 or None: the server's default (its strict reader refuses 0).
         for key in ("image", "ttl_s", "ready_timeout_s", "workdir"):
             value = getattr(spec, key, None)
-            if value is not None:
+            if value:
                 body[key] = value
         for key in ("env", "metadata", "provider_options"):
             value = getattr(spec, key, None)
