@@ -23,6 +23,7 @@
 #include <fcntl.h>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <mutex>
 #include <poll.h>
 #include <set>
@@ -47,7 +48,8 @@ namespace fs = std::filesystem;
 /// A real sv-serve on port 0 of 127.0.0.1, stopped (bounded) at the end.
 class serve_process {
 public:
-  serve_process(const json& provider_block, const std::string& token = "") {
+  serve_process(const json& provider_block, const std::string& token = "",
+                std::vector<std::string> extra = {}) {
     char tmpl[] = "/tmp/sv-remote-test-XXXXXX";
     REQUIRE(::mkdtemp(tmpl) != nullptr);
     dir_ = tmpl;
@@ -66,6 +68,7 @@ public:
       write(dir_ + "/tokens", token + "\n");
       args.insert(args.end(), {"--token-file", dir_ + "/tokens"});
     }
+    args.insert(args.end(), extra.begin(), extra.end());
     start(args);
   }
 
@@ -414,6 +417,39 @@ TEST_CASE("remote: keep-alive connections are reused, at most N at once") {
     answered = !out.ok && out.failure == remote::http_failure_kind::shutdown;
   });
   CHECK(answered);
+}
+
+TEST_CASE("remote: a keep-alive connection the server closed idle is not "
+          "reused") {
+  // sv-serve closes a connection that sends no request header within
+  // 0.2 s; the pool sees its EOF before reusing it and connects anew.
+  serve_process server{scripted_block(), "", {"--header-timeout-s", "0.2"}};
+  remote::http_pool_settings s;
+  s.host = "127.0.0.1";
+  s.port = static_cast<uint16_t>(std::stoi(server.url().substr(17)));
+  s.connections = 1;
+  remote::http_pool pool{s};
+  auto get = [&] {
+    std::promise<remote::http_outcome> p;
+    auto f = p.get_future();
+    remote::http_request req;
+    req.method = "GET";
+    req.target = "/healthz";
+    req.deadline = 10s;
+    pool.submit(req, [&p](remote::http_outcome out) { p.set_value(out); });
+    REQUIRE(f.wait_for(15s) == std::future_status::ready);
+    return f.get();
+  };
+  auto first = get();
+  CHECK((first.ok && first.response.status == 200));
+  std::this_thread::sleep_for(600ms); // the server's header deadline passes
+  auto second = get();
+  CHECK((second.ok && second.response.status == 200));
+  auto st = pool.stats();
+  CHECK(st.connects == 2);
+  CHECK(st.reused == 0);
+  CHECK(st.retried == 0);
+  pool.shut_down();
 }
 
 TEST_CASE("remote: sv-serve killed mid-batch fails every verification as "
