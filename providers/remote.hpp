@@ -7,8 +7,8 @@
 // finite deadline, and its answer comes back to the actor as a message, so
 // no CAF scheduler thread ever waits on the network.
 //
-// Block: {"remote": {"url": "http://HOST:PORT", "token_file": F,
-//                    "connections": N, "timeout_s": S, ...}}
+// Block: {"remote": {"url": "http://HOST:PORT" (or https, with "ca_file"),
+//                    "token_file": F, "connections": N, "timeout_s": S, ...}}
 
 #include "messages/protocol.hpp"
 #include "messages/provider.hpp"
@@ -27,10 +27,14 @@ namespace sv {
 class provider_backend;
 
 struct remote_provider_config {
-  /// As given: "http://HOST:PORT".
+  /// As given: "http://HOST:PORT" or "https://HOST:PORT".
   std::string url;
   std::string host;
   uint16_t port = 0;
+  /// https: TLS 1.2+, the server's certificate checked against `ca_file`
+  /// (PEM; empty: the system's CAs) and the host name.
+  bool tls = false;
+  std::string ca_file;
   /// A file whose first line is the bearer token (empty: no token, for a
   /// loopback sv-serve without --token-file).
   std::string token_file;

@@ -558,9 +558,17 @@ TEST_CASE("remote settings: strict, with the url checked") {
     }
   };
   fails(json{{"url", "http://h:1"}, {"conections", 2}}, "conections",
-        "known: url, token_file, connections");
+        "known: url, token_file, ca_file, connections");
   fails(json::object(), "url", "missing");
-  fails(json{{"url", "https://h:1"}}, "url", "https is not supported");
+  auto tls = parse_remote_provider_config(
+    json{{"url", "https://sandboxes.example:8443"}, {"ca_file", "ca.pem"}});
+  CHECK(tls.tls);
+  CHECK(tls.host == "sandboxes.example");
+  CHECK(tls.port == 8443);
+  CHECK(tls.ca_file == "ca.pem");
+  fails(json{{"url", "ftp://h:1"}}, "url", "not an http or https URL");
+  fails(json{{"url", "http://h:1"}, {"ca_file", "ca.pem"}}, "ca_file",
+        "only for an https url");
   fails(json{{"url", "http://h"}}, "url", "no port");
   fails(json{{"url", "http://h:70000"}}, "url", "1..65535");
   fails(json{{"url", "http://h:1/api"}}, "url", "path");

@@ -13,8 +13,8 @@ namespace sv {
 namespace {
 
 constexpr const char* known_keys =
-  "url, token_file, connections, timeout_s, exec_grace_s, create_attempts, "
-  "max_response_bytes";
+  "url, token_file, ca_file, connections, timeout_s, exec_grace_s, "
+  "create_attempts, max_response_bytes";
 
 double read_seconds(const json& v, const std::string& key) {
   if (!v.is_number() || !(v.get<double>() > 0) || v.get<double>() > 604800)
@@ -31,19 +31,22 @@ uint64_t read_count(const json& v, const std::string& key, uint64_t min,
   return v.get<uint64_t>();
 }
 
-/// "http://HOST:PORT" (an optional trailing slash); https is not built yet.
+/// "http://HOST:PORT" or "https://HOST:PORT" (an optional trailing slash).
 void read_url(const std::string& url, remote_provider_config& out) {
   auto bad = [&](const std::string& why) {
     return json_error("url", "\"" + url + "\": " + why +
-                               " (expected \"http://HOST:PORT\")");
+                               " (expected \"http://HOST:PORT\" or "
+                               "\"https://HOST:PORT\")");
   };
-  constexpr std::string_view scheme = "http://";
-  if (url.rfind("https://", 0) == 0)
-    throw bad("https is not supported yet; use http on a trusted network "
-              "or a TLS-terminating proxy on the client's host");
-  if (url.rfind(scheme, 0) != 0)
-    throw bad("not an http URL");
-  auto rest = url.substr(scheme.size());
+  std::string rest;
+  if (url.rfind("http://", 0) == 0) {
+    rest = url.substr(7);
+  } else if (url.rfind("https://", 0) == 0) {
+    rest = url.substr(8);
+    out.tls = true;
+  } else {
+    throw bad("not an http or https URL");
+  }
   if (!rest.empty() && rest.back() == '/')
     rest.pop_back();
   if (rest.find('/') != std::string::npos ||
@@ -94,6 +97,10 @@ remote_provider_config parse_remote_provider_config(const json& settings) {
       if (!v.is_string() || v.get<std::string>().empty())
         throw json_error(k, "expected a file name");
       out.token_file = v.get<std::string>();
+    } else if (k == "ca_file") {
+      if (!v.is_string() || v.get<std::string>().empty())
+        throw json_error(k, "expected a file name (PEM)");
+      out.ca_file = v.get<std::string>();
     } else if (k == "connections") {
       out.connections = read_count(v, k, 1, 4096);
     } else if (k == "timeout_s") {
@@ -112,6 +119,8 @@ remote_provider_config parse_remote_provider_config(const json& settings) {
   if (out.url.empty())
     throw json_error("url", "missing: the sv-serve to use, "
                             "\"http://HOST:PORT\"");
+  if (!out.ca_file.empty() && !out.tls)
+    throw json_error("ca_file", "only for an https url");
   return out;
 }
 

@@ -13,10 +13,12 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core/error.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl/ssl_stream.hpp>
 #include <cerrno>
 #include <deque>
 #include <mutex>
@@ -30,6 +32,7 @@ namespace sv::remote {
 namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
+namespace ssl = asio::ssl;
 using tcp = asio::ip::tcp;
 using steady = std::chrono::steady_clock;
 
@@ -80,12 +83,26 @@ class http_pool_impl : public std::enable_shared_from_this<http_pool_impl> {
 public:
   explicit http_pool_impl(http_pool_settings s)
       : settings(std::move(s)), work(asio::make_work_guard(ioc)) {
-    // nop
+    if (settings.tls) {
+      // TLS 1.2+, the server's certificate checked against the CA file (or
+      // the system's CAs) and the host name.
+      tls = std::make_unique<ssl::context>(ssl::context::tls_client);
+      tls->set_options(ssl::context::default_workarounds |
+                       ssl::context::no_sslv2 | ssl::context::no_sslv3 |
+                       ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1);
+      tls->set_verify_mode(ssl::verify_peer);
+      if (settings.ca_file.empty())
+        tls->set_default_verify_paths();
+      else
+        tls->load_verify_file(settings.ca_file); // throws when unreadable
+    }
   }
 
   // Declared first: destroyed last, after the sockets that use it.
   asio::io_context ioc;
   const http_pool_settings settings;
+  /// Null: plain HTTP.
+  std::unique_ptr<ssl::context> tls;
   asio::executor_work_guard<asio::io_context::executor_type> work;
   std::deque<job_ptr> queue;
   std::vector<std::shared_ptr<connection>> idle;
@@ -115,9 +132,11 @@ public:
 
 class connection : public std::enable_shared_from_this<connection> {
 public:
-  explicit connection(http_pool_impl& pool)
-      : pool_(pool), resolver_(pool.ioc), socket_(pool.ioc) {
-    // nop
+  explicit connection(http_pool_impl& pool) : pool_(pool), resolver_(pool.ioc) {
+    if (pool.tls)
+      tls_.emplace(pool.ioc, *pool.tls);
+    else
+      plain_.emplace(pool.ioc);
   }
 
   void start(job_ptr job) {
@@ -134,10 +153,11 @@ public:
   /// Usable again: idle for less than the limit, and the server has not
   /// closed it (no EOF or stray bytes waiting).
   bool fresh(steady::time_point now) {
-    if (now - last_used_ >= pool_.settings.max_idle || !socket_.is_open())
+    if (now - last_used_ >= pool_.settings.max_idle || !socket().is_open())
       return false;
     char byte;
-    auto n = ::recv(socket_.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    auto n =
+      ::recv(socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
     return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
   }
 
@@ -148,8 +168,8 @@ public:
   void abort() {
     beast::error_code ignored;
     resolver_.cancel();
-    socket_.shutdown(tcp::socket::shutdown_both, ignored);
-    socket_.close(ignored);
+    socket().shutdown(tcp::socket::shutdown_both, ignored);
+    socket().close(ignored);
   }
 
 private:
@@ -170,7 +190,7 @@ private:
         http_failure_kind::connect,
         "cannot resolve " + pool_.settings.host + ": " + ec.message(), false));
     asio::async_connect(
-      socket_, results,
+      socket(), results,
       [self{shared_from_this()}](beast::error_code ec, const tcp::endpoint&) {
         self->on_connect(ec);
       });
@@ -186,7 +206,28 @@ private:
     connected_ = true;
     ++pool_.connects;
     beast::error_code ignored;
-    socket_.set_option(tcp::no_delay{true}, ignored);
+    socket().set_option(tcp::no_delay{true}, ignored);
+    if (!tls_)
+      return do_write();
+    auto& host = pool_.settings.host;
+    beast::error_code not_ip;
+    asio::ip::make_address(host, not_ip);
+    if (not_ip) // SNI names hosts, never addresses (RFC 6066)
+      SSL_set_tlsext_host_name(tls_->native_handle(), host.c_str());
+    tls_->set_verify_callback(ssl::host_name_verification(host));
+    tls_->async_handshake(ssl::stream_base::client,
+                          [self{shared_from_this()}](beast::error_code ec) {
+                            self->on_handshake(ec);
+                          });
+  }
+
+  void on_handshake(beast::error_code ec) {
+    if (gone())
+      return;
+    if (ec)
+      return fail(failure(
+        http_failure_kind::connect,
+        "TLS handshake with " + where() + " failed: " + ec.message(), false));
     do_write();
   }
 
@@ -203,10 +244,13 @@ private:
     req_->keep_alive(true);
     req_->prepare_payload();
     ++pool_.requests;
-    http::async_write(socket_, *req_,
-                      [self{shared_from_this()}](beast::error_code ec, size_t) {
-                        self->on_write(ec);
-                      });
+    with_stream([this](auto& stream) {
+      http::async_write(
+        stream, *req_,
+        [self{shared_from_this()}](beast::error_code ec, size_t) {
+          self->on_write(ec);
+        });
+    });
   }
 
   void on_write(beast::error_code ec) {
@@ -218,10 +262,11 @@ private:
     parser_.emplace();
     parser_->header_limit(64 * 1024);
     parser_->body_limit(pool_.settings.max_response_bytes);
-    http::async_read(socket_, buffer_, *parser_,
-                     [self{shared_from_this()}](beast::error_code ec, size_t) {
-                       self->on_read(ec);
-                     });
+    with_stream([this](auto& stream) {
+      http::async_read(stream, buffer_, *parser_,
+                       [self{shared_from_this()}](
+                         beast::error_code ec, size_t) { self->on_read(ec); });
+    });
   }
 
   void on_read(beast::error_code ec) {
@@ -302,9 +347,23 @@ private:
     return pool_.settings.host + ":" + std::to_string(pool_.settings.port);
   }
 
+  tcp::socket& socket() {
+    return tls_ ? beast::get_lowest_layer(*tls_) : *plain_;
+  }
+
+  template <class F>
+  void with_stream(F f) {
+    if (tls_)
+      f(*tls_);
+    else
+      f(*plain_);
+  }
+
   http_pool_impl& pool_;
   tcp::resolver resolver_;
-  tcp::socket socket_;
+  // One of them: the connection's stream.
+  std::optional<tcp::socket> plain_;
+  std::optional<beast::ssl_stream<tcp::socket>> tls_;
   beast::flat_buffer buffer_;
   std::optional<http::request<http::string_body>> req_;
   std::optional<http::response_parser<http::string_body>> parser_;

@@ -83,6 +83,10 @@ struct http_pool_settings {
   /// A keep-alive connection idle this long is closed rather than reused
   /// (below the server's own idle timeout, so a reuse never races its close).
   std::chrono::milliseconds max_idle{4000};
+  /// TLS (1.2+): the server's certificate is checked against `ca_file`
+  /// (PEM; empty: the system's CAs) and `host`.
+  bool tls = false;
+  std::string ca_file;
 };
 
 namespace detail {
@@ -91,7 +95,8 @@ class http_pool_impl;
 
 class http_pool {
 public:
-  /// Starts the I/O thread. Never blocks on the network.
+  /// Starts the I/O thread. Never blocks on the network. Throws when the
+  /// CA file cannot be read.
   explicit http_pool(http_pool_settings settings);
 
   /// Without `shut_down`: fails what is pending and lets the I/O thread end

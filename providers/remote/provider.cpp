@@ -25,7 +25,9 @@
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
 #include <chrono>
+#include <fstream>
 #include <spdlog/spdlog.h>
+#include <stdexcept>
 #include <unordered_map>
 
 namespace sv {
@@ -55,6 +57,8 @@ struct remote_client {
     s.port = c.port;
     s.connections = c.connections;
     s.max_response_bytes = c.max_response_bytes;
+    s.tls = c.tls;
+    s.ca_file = c.ca_file;
     return s;
   }
 };
@@ -317,6 +321,9 @@ public:
   explicit remote_backend(remote_provider_config cfg) {
     if (!cfg.token_file.empty())
       cfg.token = read_token_file(cfg.token_file);
+    if (!cfg.ca_file.empty() && !std::ifstream{cfg.ca_file})
+      throw std::runtime_error("remote provider: cannot read the CA file " +
+                               cfg.ca_file);
     client_ = std::make_shared<remote_client>(
       std::make_shared<const remote_provider_config>(std::move(cfg)));
     spdlog::info("remote provider: sv-serve at {}, {} connections",
