@@ -15,6 +15,7 @@ import json
 import os
 import re
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -114,12 +115,12 @@ class AsyncSandbox:
 class Server:
     """A real sv-serve on port 0; stopped (bounded) at the end."""
 
-    def __init__(self, binary, tmp, block, token=None):
+    def __init__(self, binary, tmp, block, token=None, extra=()):
         cfg = os.path.join(tmp, "provider.json")
         with open(cfg, "w") as f:
             json.dump(block, f)
         args = [binary, "--listen", "127.0.0.1:0", "--provider-config", cfg,
-                "--log-level", "warn"]
+                "--log-level", "warn", *extra]
         if token:
             with open(os.path.join(tmp, "token"), "w") as f:
                 f.write(token + "\n")
@@ -130,7 +131,7 @@ class Server:
         line = self.proc.stdout.readline() if ready else ""
         m = re.fullmatch(r"listening on 127\.0\.0\.1:(\d+)\n", line)
         check(m is not None, f"no 'listening on' line: {line!r}")
-        self.url = f"http://127.0.0.1:{m.group(1)}"
+        self.url = f"{'https' if extra else 'http'}://127.0.0.1:{m.group(1)}"
 
     def stop(self, sig=signal.SIGTERM):
         if self.proc.poll() is None:
@@ -263,6 +264,46 @@ async def starting(plugin, binary, tmp):
     print("ok: create waits through 'starting' until running")
 
 
+async def over_tls(plugin, binary, tmp):
+    """https with the test CA; another CA is refused."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        print("skipped (no openssl CLI): over TLS")
+        return
+
+    def run(*args):
+        subprocess.run([openssl, *args], check=True, capture_output=True, timeout=60, cwd=tmp)
+
+    for ca in ("ca", "other"):
+        run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", ca + ".key",
+            "-out", ca + ".pem", "-days", "1", "-subj", "/CN=" + ca)
+    run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr",
+        "-subj", "/CN=127.0.0.1")
+    with open(os.path.join(tmp, "san.cnf"), "w") as f:
+        f.write("subjectAltName=IP:127.0.0.1\n")
+    run("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+        "-CAcreateserial", "-out", "server.pem", "-days", "1", "-extfile", "san.cnf")
+    server = Server(binary, tmp, {"scripted": {}},
+                    extra=("--tls-cert", os.path.join(tmp, "server.pem"),
+                           "--tls-key", os.path.join(tmp, "server.key")))
+    try:
+        check(server.url.startswith("https://"), server.url)
+        good = plugin.SvServeProvider(url=server.url, ca_file=os.path.join(tmp, "ca.pem"))
+        async with AsyncSandbox(good, SandboxSpec()) as box:
+            await bounded(box.start(), "start over TLS")
+            r = await bounded(box.exec("true"), "exec over TLS")
+            check(r.error_type is None, f"exec over TLS: {r}")
+        bad = plugin.SvServeProvider(url=server.url, ca_file=os.path.join(tmp, "other.pem"))
+        try:
+            await bounded(AsyncSandbox(bad, SandboxSpec()).start(), "start with another CA")
+            check(False, "another CA was accepted")
+        except plugin.SandboxCreateError as e:
+            check("TLS" in str(e) or "certificate" in str(e), f"error: {e}")
+    finally:
+        server.stop()
+    print("ok: over TLS with the test CA; another CA refused")
+
+
 async def server_gone(plugin, binary, tmp):
     # Scripted behind it: a kill -9 leaves no real sandbox behind.
     server = Server(binary, tmp, {"scripted": {}})
@@ -303,11 +344,12 @@ async def main_async(binary, plugin):
         root = os.path.join(tmp, "root")
         left = os.listdir(root) if os.path.isdir(root) else []
         check(left == [], f"left under the sandbox root: {left}")
-        for name in ("token-case", "gone-case", "starting-case"):
+        for name in ("token-case", "gone-case", "starting-case", "tls-case"):
             os.mkdir(os.path.join(tmp, name))
         await wrong_token(plugin, binary, os.path.join(tmp, "token-case"))
         await server_gone(plugin, binary, os.path.join(tmp, "gone-case"))
         await starting(plugin, binary, os.path.join(tmp, "starting-case"))
+        await over_tls(plugin, binary, os.path.join(tmp, "tls-case"))
     check(plugin.register() is False, "register() without NeMo Gym")
 
 

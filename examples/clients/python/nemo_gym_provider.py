@@ -11,7 +11,8 @@ code change. Register it once, then switch with a YAML block::
 
     sandbox:
       sv_serve:
-        url: http://grader-host:8080
+        url: https://grader-host:8443    # or http://
+        ca_file: /etc/sv/ca.pem          # https: the CA of sv-serve's certificate
         token_file: /etc/sv/token        # or token: ...; none for a loopback sv-serve
 
 What maps to what (sv-serve's contract is DESIGN.md, "The sandbox API"):
@@ -47,6 +48,7 @@ import logging
 import posixpath
 import secrets
 import socket
+import ssl
 import threading
 import time
 import urllib.parse
@@ -118,10 +120,18 @@ class _Http:
     """A bounded pool of keep-alive connections to one sv-serve (blocking:
     used from worker threads through ``asyncio.to_thread``)."""
 
-    def __init__(self, url, token, connections, timeout_s):
+    def __init__(self, url, token, connections, timeout_s, ca_file=None):
         parts = urllib.parse.urlsplit(url)
-        if parts.scheme != "http" or not parts.hostname or not parts.port:
-            raise ValueError(f"sv_serve url must be http://HOST:PORT, got {url!r}")
+        if parts.scheme not in ("http", "https") or not parts.hostname or not parts.port:
+            raise ValueError(f"sv_serve url must be http(s)://HOST:PORT, got {url!r}")
+        if ca_file is not None and parts.scheme != "https":
+            raise ValueError("sv_serve: ca_file is only for an https url")
+        # https: the server's certificate checked against ca_file (or the
+        # system's CAs) and the host name, TLS 1.2+.
+        self._tls = None
+        if parts.scheme == "https":
+            self._tls = ssl.create_default_context(cafile=ca_file)
+            self._tls.minimum_version = ssl.TLSVersion.TLSv1_2
         if parts.path not in ("", "/") or parts.query:
             raise ValueError(f"sv_serve url must not have a path, got {url!r}")
         self.host = parts.hostname
@@ -137,6 +147,9 @@ class _Http:
         with self._lock:
             if self._idle:
                 return self._idle.pop(), True
+        if self._tls is not None:
+            return http.client.HTTPSConnection(self.host, self.port, timeout=self.timeout_s,
+                                               context=self._tls), False
         return http.client.HTTPConnection(self.host, self.port, timeout=self.timeout_s), False
 
     def _give_back(self, conn):
@@ -190,6 +203,9 @@ class _Http:
                     if reused and idempotent and attempt == 1:
                         continue  # the server closed an idle connection
                     raise SvServeError(0, "lost", f"the connection to {self.url} broke: {e}") from e
+                except ssl.SSLError as e:
+                    conn.close()
+                    raise SvServeError(0, "connect", f"TLS with {self.url} failed: {e}") from e
                 except ConnectionRefusedError as e:
                     conn.close()
                     raise SvServeError(0, "connect", f"cannot connect to {self.url}: {e}") from e
@@ -220,6 +236,7 @@ class SvServeProvider:
         url,
         token=None,
         token_file=None,
+        ca_file=None,
         connections=8,
         timeout_s=60.0,
         exec_grace_s=10.0,
@@ -235,7 +252,7 @@ class SvServeProvider:
                 raise ValueError(f"sv_serve: the token file {token_file} is empty")
         if int(connections) < 1:
             raise ValueError("sv_serve: connections must be at least 1")
-        self._http = _Http(url, token, int(connections), float(timeout_s))
+        self._http = _Http(url, token, int(connections), float(timeout_s), ca_file)
         self._executor = concurrent.futures.ThreadPoolExecutor(int(connections), thread_name_prefix="sv-serve")
         self._exec_grace_s = float(exec_grace_s)
         self._ready_timeout_s = float(ready_timeout_s)
