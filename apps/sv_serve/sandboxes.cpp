@@ -11,17 +11,13 @@
 #include <caf/event_based_actor.hpp>
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
-#include <cctype>
-#include <cmath>
 #include <deque>
 #include <future>
 #include <map>
 #include <mutex>
 #include <optional>
-#include <random>
 #include <spdlog/spdlog.h>
 #include <unordered_map>
-#include <unordered_set>
 
 namespace sv::serve {
 
@@ -34,175 +30,7 @@ using finish_atom = caf::atom_constant<caf::atom("sbx_fin")>;
 using abort_atom = caf::atom_constant<caf::atom("sbx_abort")>;
 
 using clock = std::chrono::steady_clock;
-
-// -- replies ------------------------------------------------------------------
-
-sandbox_reply json_reply(unsigned status, const json& body) {
-  sandbox_reply r;
-  r.status = status;
-  // Sandbox output and ids from the path may be any bytes: invalid UTF-8
-  // becomes U+FFFD instead of an exception.
-  r.body = body.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
-  return r;
-}
-
-sandbox_reply error_reply(unsigned status, std::string code,
-                          std::string message) {
-  return json_reply(
-    status, json{{"error", {{"code", std::move(code)}, {"message", message}}}});
-}
-
-sandbox_reply no_content() {
-  sandbox_reply r;
-  r.status = 204;
-  r.content_type.clear();
-  return r;
-}
-
-sandbox_reply no_such_sandbox(const std::string& id) {
-  return error_reply(404, "no_such_sandbox", "no sandbox " + id);
-}
-
-/// A provider's error as HTTP says it: the code is the provider_errc's
-/// name, so a remote provider rebuilds the very error.
-sandbox_reply provider_failure(const caf::error& err, const char* what) {
-  auto message = std::string{what} + ": " + describe(err);
-  if (err == caf::sec::request_timeout)
-    return error_reply(504, "timeout", message);
-  if (err == caf::sec::request_receiver_down)
-    return error_reply(503, "unavailable", message);
-  auto code = provider_error_code(err);
-  if (code == 0)
-    return error_reply(500, "internal", message);
-  auto errc = static_cast<provider_errc>(code);
-  auto name = std::string{to_string(errc)};
-  switch (errc) {
-  case provider_errc::no_such_sandbox:
-  case provider_errc::not_found:
-    return error_reply(404, name, message);
-  case provider_errc::invalid_argument:
-  case provider_errc::invalid_path:
-  case provider_errc::not_regular_file:
-    return error_reply(400, name, message);
-  case provider_errc::unavailable:
-    return error_reply(503, name, message);
-  default:
-    return error_reply(500, name, message);
-  }
-}
-
-// -- routes -------------------------------------------------------------------
-
-constexpr std::string_view prefix = "/v1/sandboxes";
-
-enum class op { create, status, upload, exec, download, stop, none };
-
-struct parsed_target {
-  op what = op::none;
-  std::string id;
-  std::string query;
-  /// The methods the path allows (for 405's Allow), empty: no such path.
-  const char* allow = "";
-};
-
-parsed_target parse_target(const sandbox_call& call) {
-  parsed_target t;
-  std::string_view target = call.target;
-  auto q = target.find('?');
-  if (q != std::string_view::npos) {
-    t.query = std::string{target.substr(q + 1)};
-    target = target.substr(0, q);
-  }
-  if (target == prefix || target == "/v1/sandboxes/") {
-    t.allow = "POST";
-    t.what = call.method == "POST" ? op::create : op::none;
-    return t;
-  }
-  auto rest = target.substr(prefix.size() + 1); // after "/v1/sandboxes/"
-  auto slash = rest.find('/');
-  t.id = std::string{rest.substr(0, slash)};
-  auto tail =
-    slash == std::string_view::npos ? std::string_view{} : rest.substr(slash);
-  if (t.id.empty())
-    return t;
-  if (tail.empty()) {
-    t.allow = "GET, DELETE";
-    t.what = call.method == "GET"      ? op::status
-             : call.method == "DELETE" ? op::stop
-                                       : op::none;
-  } else if (tail == "/files") {
-    t.allow = "GET, PUT";
-    t.what = call.method == "GET"   ? op::download
-             : call.method == "PUT" ? op::upload
-                                    : op::none;
-  } else if (tail == "/exec") {
-    t.allow = "POST";
-    t.what = call.method == "POST" ? op::exec : op::none;
-  }
-  return t;
-}
-
-int hex_value(char c) {
-  if (c >= '0' && c <= '9')
-    return c - '0';
-  if (c >= 'a' && c <= 'f')
-    return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F')
-    return c - 'A' + 10;
-  return -1;
-}
-
-/// The value of `name` in a query string, percent-decoded ('+' is a plus).
-/// False when it is missing or badly escaped.
-bool query_value(const std::string& query, std::string_view name,
-                 std::string& out) {
-  size_t pos = 0;
-  while (pos <= query.size()) {
-    auto end = query.find('&', pos);
-    if (end == std::string::npos)
-      end = query.size();
-    std::string_view pair{query.data() + pos, end - pos};
-    pos = end + 1;
-    auto eq = pair.find('=');
-    if (pair.substr(0, eq) != name || eq == std::string_view::npos)
-      continue;
-    auto raw = pair.substr(eq + 1);
-    out.clear();
-    for (size_t i = 0; i < raw.size(); ++i) {
-      if (raw[i] != '%') {
-        out += raw[i];
-        continue;
-      }
-      if (i + 2 >= raw.size())
-        return false;
-      auto hi = hex_value(raw[i + 1]);
-      auto lo = hex_value(raw[i + 2]);
-      if (hi < 0 || lo < 0)
-        return false;
-      out += static_cast<char>(hi * 16 + lo);
-      i += 2;
-    }
-    return true;
-  }
-  return false;
-}
-
-std::string fresh_id() {
-  static std::mutex mtx;
-  static std::mt19937_64 gen{[] {
-    std::random_device rd;
-    return (uint64_t{rd()} << 32) ^ rd();
-  }()};
-  static const char* hex = "0123456789abcdef";
-  std::lock_guard<std::mutex> guard{mtx};
-  std::string id = "sbx-";
-  for (int i = 0; i < 2; ++i) {
-    auto x = gen();
-    for (int j = 0; j < 16; ++j, x >>= 4)
-      id += hex[x & 15];
-  }
-  return id;
-}
+using op = sandbox_op;
 
 // -- the actor ----------------------------------------------------------------
 
@@ -379,37 +207,105 @@ json created_json(const std::string& id, const api_sandbox& sb) {
               {"ttl_s", sb.ttl_s}};
 }
 
-void start_create(api_ptr self, const sandbox_call& call, sandbox_spec spec,
-                  const std::string& fingerprint, uint64_t slot) {
+using owner_key = std::pair<std::string, std::string>;
+
+/// Answers a create that needs no provider call: a replay or a join of its
+/// key, draining, the per-token limit. True when it did.
+bool answered_without_create(api_ptr self, const sandbox_call& call,
+                             const std::string& fingerprint, uint64_t slot) {
   auto& st = self->state;
-  auto& opts = st.opts;
-  std::pair<std::string, std::string> key{call.owner, call.idempotency_key};
   if (call.has_idempotency_key) {
-    auto k = st.keys.find(key);
+    auto k = st.keys.find({call.owner, call.idempotency_key});
     if (k != st.keys.end()) {
-      if (k->second.fingerprint != fingerprint)
-        return answer(self, slot,
-                      error_reply(422, "idempotency_key_reused",
-                                  "Idempotency-Key " + call.idempotency_key +
-                                    " was used with another spec"));
-      if (k->second.id.empty()) // still creating: join it
-        return k->second.waiters.push_back(slot);
-      auto i = st.live.find(k->second.id);
-      if (i != st.live.end())
-        return answer(self, slot,
-                      json_reply(200, created_json(i->first, i->second)));
+      if (k->second.fingerprint != fingerprint) {
+        answer(self, slot,
+               error_reply(422, "idempotency_key_reused",
+                           "Idempotency-Key " + call.idempotency_key +
+                             " was used with another spec"));
+        return true;
+      }
+      if (k->second.id.empty()) { // still creating: join it
+        k->second.waiters.push_back(slot);
+        return true;
+      }
+      if (auto i = st.live.find(k->second.id); i != st.live.end()) {
+        answer(self, slot, json_reply(200, created_json(i->first, i->second)));
+        return true;
+      }
     }
   }
-  if (st.draining)
-    return answer(self, slot,
-                  error_reply(503, "draining", "draining: no new sandboxes"));
-  if (st.per_owner[call.owner] >= opts.max_per_owner) {
+  if (st.draining) {
+    answer(self, slot,
+           error_reply(503, "draining", "draining: no new sandboxes"));
+    return true;
+  }
+  if (auto n = st.per_owner.find(call.owner);
+      n != st.per_owner.end() && n->second >= st.opts.max_per_owner) {
     auto r = error_reply(429, "too_many_sandboxes",
-                         "at most " + std::to_string(opts.max_per_owner) +
+                         "at most " + std::to_string(st.opts.max_per_owner) +
                            " live sandboxes per token");
     r.headers.emplace_back("Retry-After", "1");
-    return answer(self, slot, std::move(r));
+    answer(self, slot, std::move(r));
+    return true;
   }
+  return false;
+}
+
+/// The provider made the sandbox: it gets its public id, its TTL starts.
+void on_created(api_ptr self, const std::string& owner,
+                const std::optional<owner_key>& key, double ttl,
+                sandbox_handle& h, uint64_t slot) {
+  auto& st = self->state;
+  --st.creating;
+  auto id = fresh_sandbox_id();
+  api_sandbox sb;
+  sb.owner = owner;
+  sb.handle = std::move(h);
+  sb.ttl_s = ttl;
+  sb.idempotency_key = key ? key->second : std::string{};
+  sb.last_used = clock::now();
+  sb.deadline = sb.last_used + std::chrono::duration_cast<clock::duration>(
+                                 std::chrono::duration<double>(ttl));
+  auto created = created_json(id, sb);
+  st.live.emplace(id, std::move(sb));
+  publish_live(self);
+  keyed_create* kc = nullptr;
+  if (key) {
+    kc = &st.keys[*key];
+    kc->id = id;
+  }
+  answer_create(self, kc, slot, std::nullopt, created);
+  if (kc)
+    kc->waiters.clear();
+  if (st.finishing)
+    stop_sandbox(self, id);
+}
+
+void on_create_failed(api_ptr self, const std::string& owner,
+                      const std::optional<owner_key>& key,
+                      const caf::error& err, uint64_t slot) {
+  auto& st = self->state;
+  --st.creating;
+  if (--st.per_owner[owner] == 0)
+    st.per_owner.erase(owner);
+  std::optional<keyed_create> kc;
+  if (key) {
+    if (auto k = st.keys.find(*key); k != st.keys.end()) {
+      kc = std::move(k->second);
+      st.keys.erase(k);
+    }
+  }
+  answer_create(self, kc ? &*kc : nullptr, slot,
+                provider_failure(err, "create"), json{});
+  maybe_finish(self);
+}
+
+void start_create(api_ptr self, const sandbox_call& call, sandbox_spec spec,
+                  const std::string& fingerprint, uint64_t slot) {
+  if (answered_without_create(self, call, fingerprint, slot))
+    return;
+  auto& st = self->state;
+  auto& opts = st.opts;
   if (!(spec.ttl_s > 0))
     spec.ttl_s = opts.default_ttl_s;
   spec.ttl_s = std::min(spec.ttl_s, opts.max_ttl_s);
@@ -418,61 +314,21 @@ void start_create(api_ptr self, const sandbox_call& call, sandbox_spec spec,
     spec.create_deadline_s = patience;
   ++st.per_owner[call.owner];
   ++st.creating;
-  if (call.has_idempotency_key)
-    st.keys[key] = keyed_create{fingerprint, {}, {}};
+  std::optional<owner_key> key;
+  if (call.has_idempotency_key) {
+    key.emplace(call.owner, call.idempotency_key);
+    st.keys[*key] = keyed_create{fingerprint, {}, {}};
+  }
   if (st.counters)
     ++st.counters->api.created;
   auto ttl = spec.ttl_s;
   auto owner = call.owner;
-  auto has_key = call.has_idempotency_key;
   self
     ->request(st.provider(), opts.create_timeout, create_atom::value,
               std::move(spec))
     .then(
-      [=](sandbox_handle& h) {
-        auto& st = self->state;
-        --st.creating;
-        auto id = fresh_id();
-        api_sandbox sb;
-        sb.owner = owner;
-        sb.handle = std::move(h);
-        sb.ttl_s = ttl;
-        sb.idempotency_key = has_key ? key.second : std::string{};
-        sb.last_used = clock::now();
-        sb.deadline =
-          sb.last_used + std::chrono::duration_cast<clock::duration>(
-                           std::chrono::duration<double>(ttl));
-        auto created = created_json(id, sb);
-        st.live.emplace(id, std::move(sb));
-        publish_live(self);
-        const keyed_create* kc = nullptr;
-        if (has_key) {
-          auto& k = st.keys[key];
-          k.id = id;
-          kc = &k;
-        }
-        answer_create(self, kc, slot, std::nullopt, created);
-        if (kc)
-          st.keys[key].waiters.clear();
-        if (st.finishing)
-          stop_sandbox(self, id);
-      },
-      [=](caf::error& err) {
-        auto& st = self->state;
-        --st.creating;
-        if (--st.per_owner[owner] == 0)
-          st.per_owner.erase(owner);
-        auto failure = provider_failure(err, "create");
-        std::optional<keyed_create> kc;
-        if (has_key) {
-          if (auto k = st.keys.find(key); k != st.keys.end()) {
-            kc = std::move(k->second);
-            st.keys.erase(k);
-          }
-        }
-        answer_create(self, kc ? &*kc : nullptr, slot, failure, json{});
-        maybe_finish(self);
-      });
+      [=](sandbox_handle& h) { on_created(self, owner, key, ttl, h, slot); },
+      [=](caf::error& err) { on_create_failed(self, owner, key, err, slot); });
 }
 
 // -- the calls ----------------------------------------------------------------
@@ -500,8 +356,104 @@ sandbox_reply schema_error(const std::exception& e) {
   return error_reply(400, "invalid_request", e.what());
 }
 
+/// The reply handler of a failed provider call on sandbox `id`.
+auto failure_handler(api_ptr self, std::string id, uint64_t slot,
+                     const char* what) {
+  return [=](caf::error& err) {
+    release(self, id, slot, provider_failure(err, what));
+  };
+}
+
+void call_status(api_ptr self, const std::string& id, api_sandbox& sb,
+                 uint64_t slot) {
+  ++sb.busy;
+  self
+    ->request(self->state.provider(), self->state.opts.call_timeout,
+              status_atom::value, sb.handle)
+    .then(
+      [=](sandbox_status s) {
+        release(self, id, slot, json_reply(200, json{{"status", s}}));
+      },
+      failure_handler(self, id, slot, "status"));
+}
+
+void call_upload(api_ptr self, const std::string& id, api_sandbox& sb,
+                 const std::string& body, uint64_t slot) {
+  json j;
+  if (!parse_body(self, body, j, slot))
+    return;
+  std::string dir;
+  file_map files;
+  try {
+    check_object(j, "upload", {"dir", "files"});
+    if (!j.contains("files"))
+      throw json_error("files", "is required");
+    dir = j.value("dir", std::string{});
+    files = j.at("files").get<file_map>();
+  } catch (const std::exception& e) {
+    return answer(self, slot, schema_error(e));
+  }
+  ++sb.busy;
+  self
+    ->request(self->state.provider(), self->state.opts.call_timeout,
+              upload_atom::value, sb.handle, std::move(dir), std::move(files))
+    .then([=](ok_atom) { release(self, id, slot, no_content()); },
+          failure_handler(self, id, slot, "upload"));
+}
+
+void call_exec(api_ptr self, const std::string& id, api_sandbox& sb,
+               const std::string& body, uint64_t slot) {
+  json j;
+  if (!parse_body(self, body, j, slot))
+    return;
+  exec_request req;
+  try {
+    req = j.get<exec_request>();
+  } catch (const std::exception& e) {
+    return answer(self, slot, schema_error(e));
+  }
+  auto& opts = self->state.opts;
+  auto limit = req.timeout_s > 0 && req.timeout_s < opts.max_exec_s
+                 ? req.timeout_s
+                 : opts.max_exec_s;
+  auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(
+                   std::chrono::duration<double>(limit)) +
+                 opts.exec_grace;
+  ++sb.busy;
+  self
+    ->request(self->state.provider(), timeout, exec_atom::value, sb.handle,
+              std::move(req))
+    .then(
+      [=](exec_result& r) {
+        release(self, id, slot, json_reply(200, json(r)));
+      },
+      failure_handler(self, id, slot, "exec"));
+}
+
+void call_download(api_ptr self, const std::string& id, api_sandbox& sb,
+                   const std::string& query, uint64_t slot) {
+  std::string path;
+  if (!query_value(query, "path", path) || path.empty())
+    return answer(self, slot,
+                  error_reply(400, "invalid_request",
+                              "expected ?path=FILE (percent-encoded)"));
+  ++sb.busy;
+  self
+    ->request(self->state.provider(), self->state.opts.call_timeout,
+              download_atom::value, sb.handle, std::move(path))
+    .then(
+      [=](std::string& bytes) {
+        sandbox_reply r;
+        r.body = std::move(bytes);
+        r.content_type = "application/octet-stream";
+        release(self, id, slot, std::move(r));
+      },
+      failure_handler(self, id, slot, "download"));
+}
+
+/// A call on one sandbox: only its owner sees it.
 void on_sandbox_call(api_ptr self, const sandbox_call& call,
-                     const parsed_target& t, uint64_t slot) {
+                     const sandbox_target& t, uint64_t slot) {
   auto& st = self->state;
   auto i = st.live.find(t.id);
   if (i == st.live.end() || i->second.owner != call.owner) {
@@ -519,101 +471,22 @@ void on_sandbox_call(api_ptr self, const sandbox_call& call,
   }
   if (sb.stopping)
     return answer(self, slot, no_such_sandbox(t.id));
-  auto provider = st.provider();
-  auto& opts = st.opts;
-  auto id = t.id;
-  auto fail = [=](const char* what) {
-    return [=](caf::error& err) {
-      release(self, id, slot, provider_failure(err, what));
-    };
-  };
   switch (t.what) {
-  case op::status: {
-    ++sb.busy;
-    self->request(provider, opts.call_timeout, status_atom::value, sb.handle)
-      .then(
-        [=](sandbox_status s) {
-          release(self, id, slot, json_reply(200, json{{"status", s}}));
-        },
-        fail("status"));
-    return;
-  }
-  case op::upload: {
-    json j;
-    if (!parse_body(self, call.body, j, slot))
-      return;
-    std::string dir;
-    file_map files;
-    try {
-      check_object(j, "upload", {"dir", "files"});
-      if (!j.contains("files"))
-        throw json_error("files", "is required");
-      dir = j.value("dir", std::string{});
-      files = j.at("files").get<file_map>();
-    } catch (const std::exception& e) {
-      return answer(self, slot, schema_error(e));
-    }
-    ++sb.busy;
-    self
-      ->request(provider, opts.call_timeout, upload_atom::value, sb.handle,
-                std::move(dir), std::move(files))
-      .then([=](ok_atom) { release(self, id, slot, no_content()); },
-            fail("upload"));
-    return;
-  }
-  case op::exec: {
-    json j;
-    if (!parse_body(self, call.body, j, slot))
-      return;
-    exec_request req;
-    try {
-      req = j.get<exec_request>();
-    } catch (const std::exception& e) {
-      return answer(self, slot, schema_error(e));
-    }
-    auto limit = req.timeout_s > 0 && req.timeout_s < opts.max_exec_s
-                   ? req.timeout_s
-                   : opts.max_exec_s;
-    auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(
-                     std::chrono::duration<double>(limit)) +
-                   opts.exec_grace;
-    ++sb.busy;
-    self
-      ->request(provider, timeout, exec_atom::value, sb.handle, std::move(req))
-      .then(
-        [=](exec_result& r) {
-          release(self, id, slot, json_reply(200, json(r)));
-        },
-        fail("exec"));
-    return;
-  }
-  case op::download: {
-    std::string path;
-    if (!query_value(t.query, "path", path) || path.empty())
-      return answer(self, slot,
-                    error_reply(400, "invalid_request",
-                                "expected ?path=FILE (percent-encoded)"));
-    ++sb.busy;
-    self
-      ->request(provider, opts.call_timeout, download_atom::value, sb.handle,
-                std::move(path))
-      .then(
-        [=](std::string& bytes) {
-          sandbox_reply r;
-          r.body = std::move(bytes);
-          r.content_type = "application/octet-stream";
-          release(self, id, slot, std::move(r));
-        },
-        fail("download"));
-    return;
-  }
+  case op::status:
+    return call_status(self, t.id, sb, slot);
+  case op::upload:
+    return call_upload(self, t.id, sb, call.body, slot);
+  case op::exec:
+    return call_exec(self, t.id, sb, call.body, slot);
+  case op::download:
+    return call_download(self, t.id, sb, t.query, slot);
   default:
     return answer(self, slot, no_such_sandbox(t.id));
   }
 }
 
 void on_call(api_ptr self, sandbox_call& call, uint64_t slot) {
-  auto t = parse_target(call);
+  auto t = parse_sandbox_target(call.method, call.target);
   if (*t.allow == '\0')
     return answer(self, slot,
                   error_reply(404, "no_such_endpoint", "no such endpoint"));
@@ -719,21 +592,6 @@ caf::behavior api_actor(api_ptr self, std::shared_ptr<inbox> in) {
 }
 
 } // namespace
-
-bool valid_idempotency_key(const std::string& key) {
-  if (key.empty() || key.size() > max_idempotency_key)
-    return false;
-  for (unsigned char c : key)
-    if (!std::isalnum(c) && c != '.' && c != '_' && c != ':' && c != '-')
-      return false;
-  return true;
-}
-
-bool is_sandbox_path(std::string_view path) {
-  return path == prefix ||
-         (path.size() > prefix.size() &&
-          path.substr(0, prefix.size() + 1) == "/v1/sandboxes/");
-}
 
 struct sandbox_api::impl {
   std::shared_ptr<inbox> in = std::make_shared<inbox>();

@@ -7,6 +7,7 @@
 // side hands it a call and a callback (run on a CAF thread: post it back to
 // the strand); it knows nothing about sockets, and nobody waits on anybody.
 
+#include "apps/sv_serve/sandbox_wire.hpp"
 #include "messages/provider.hpp"
 
 #include <chrono>
@@ -25,29 +26,6 @@ class actor_system;
 namespace sv::serve {
 
 class metrics;
-
-/// One HTTP request under /v1/sandboxes, already authenticated.
-struct sandbox_call {
-  std::string method; // "GET", "POST", ...
-  std::string target; // path and query, as sent
-  /// Who asks: the bearer token (empty without a token file).
-  std::string owner;
-  /// The Idempotency-Key header, if any.
-  std::string idempotency_key;
-  bool has_idempotency_key = false;
-  std::string body;
-};
-
-struct sandbox_reply {
-  unsigned status = 200;
-  std::string body;
-  std::string content_type = "application/json";
-  std::vector<std::pair<std::string, std::string>> headers;
-};
-
-/// Called exactly once per call, on a CAF thread (or at once on the
-/// caller's thread when the call is refused before reaching the actor).
-using sandbox_reply_fn = std::function<void(sandbox_reply)>;
 
 struct sandbox_api_options {
   /// The TTL of a sandbox whose spec says 0, and the most any may ask.
@@ -68,14 +46,6 @@ struct sandbox_api_options {
   size_t max_json_depth = 256;
   size_t max_body_bytes = size_t{64} << 20;
 };
-
-/// The shortest and longest Idempotency-Key, and its characters
-/// (`[A-Za-z0-9._:-]`).
-inline constexpr size_t max_idempotency_key = 200;
-bool valid_idempotency_key(const std::string& key);
-
-/// Whether a request path (without the query) belongs to the sandbox API.
-bool is_sandbox_path(std::string_view path);
 
 /// The owner of the API sandboxes.
 class sandbox_api {

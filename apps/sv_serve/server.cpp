@@ -204,9 +204,11 @@ private:
       spdlog::debug("a client was too slow to send its request");
       return close();
     }
+    // (stream_truncated: a TLS peer that closed without close_notify.)
     if (ec == http::error::end_of_stream || ec == net::error::eof ||
         ec == net::error::connection_reset ||
-        ec == net::error::operation_aborted)
+        ec == net::error::operation_aborted ||
+        ec == ssl::error::stream_truncated)
       return close();
     // Anything else is a request that is not HTTP.
     respond(http::status::bad_request,
