@@ -3,6 +3,7 @@
 #include "messages/json.hpp"
 #include "providers/local.hpp"
 #include "providers/nodes/nodes_provider.hpp"
+#include "providers/remote.hpp"
 #include "providers/scripted.hpp"
 
 #include <caf/actor_system.hpp>
@@ -70,6 +71,7 @@ const provider_entry known_providers[] = {
   {"local", make_backend<local_backend>},
   {"scripted", make_backend<scripted_backend>},
   {"nodes", make_nodes_backend},
+  {"remote", make_remote_backend},
 };
 
 constexpr const char* metadata_key = "default_metadata";

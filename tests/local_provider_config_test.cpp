@@ -110,7 +110,7 @@ TEST_CASE("isolation and limit settings are strict") {
 
 TEST_CASE("provider blocks name exactly one known provider") {
   CHECK(provider_names() ==
-        std::vector<std::string>{"local", "scripted", "nodes"});
+        std::vector<std::string>{"local", "scripted", "nodes", "remote"});
   auto block = parse_provider_block(
     json{{"local", {{"root", "/x"}}}, {"default_metadata", {{"a", 1}}}});
   CHECK(block.name == "local");
@@ -118,7 +118,8 @@ TEST_CASE("provider blocks name exactly one known provider") {
   CHECK(block.default_metadata == json{{"a", 1}});
   CHECK_THROWS_WITH(
     parse_provider_block(json{{"docker", json::object()}}),
-    "docker: unknown provider (known providers: local, scripted, nodes)");
+    "docker: unknown provider (known providers: local, scripted, nodes, "
+    "remote)");
   CHECK_THROWS_WITH(parse_provider_block(json{{"local", json::object()},
                                               {"remote", json::object()}}),
                     Catch::Contains("exactly one provider"));
