@@ -205,6 +205,8 @@ make_supervisor_config(const cli_options& opts, const provider_block& block,
   cfg.max_in_flight = opts.concurrency;
   cfg.max_creating = opts.max_creating;
   cfg.default_metadata = block.default_metadata;
+  // Read (and checked) with the block already; nodes retry, others do not.
+  cfg.retry = retry_settings_of(block.name, block.settings);
   json_limits limits;
   limits.max_depth = opts.max_json_depth;
   cfg.parser = [limits](const std::string& text, json& result,

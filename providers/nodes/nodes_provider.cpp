@@ -274,20 +274,43 @@ bool retry_elsewhere(const caf::error& err) {
            static_cast<uint8_t>(provider_errc::unavailable);
 }
 
+/// The nodes a retried create should not go to (actors/retry.hpp), taken
+/// out of the spec: nodes do not know the option.
+std::set<std::string> take_avoided(sandbox_spec& spec) {
+  std::set<std::string> out;
+  auto& opts = spec.provider_options;
+  if (!opts.is_object())
+    return out;
+  auto i = opts.find(avoid_nodes_option);
+  if (i == opts.end())
+    return out;
+  if (i->is_array())
+    for (auto& x : *i)
+      if (x.is_string())
+        out.insert(x.get<std::string>());
+  opts.erase(i);
+  return out;
+}
+
 void place(self_ptr self, sandbox_spec spec,
            caf::typed_response_promise<sandbox_handle> rp, size_t tries) {
   auto& st = self->state;
   node_slot* best = nullptr;
   size_t idx = 0;
-  for (size_t i = 0; i < st.nodes.size(); ++i) {
-    auto& n = st.nodes[i];
-    if (!n.up || n.in_use >= n.capacity)
-      continue;
-    // Least loaded by the fraction of its capacity in use.
-    if (best == nullptr || uint64_t{n.in_use} * best->capacity <
-                             uint64_t{best->in_use} * n.capacity) {
-      best = &n;
-      idx = i;
+  auto avoided = take_avoided(spec);
+  // A node to avoid is used only when no other node has room.
+  for (int pass = 0; pass < 2 && best == nullptr; ++pass) {
+    for (size_t i = 0; i < st.nodes.size(); ++i) {
+      auto& n = st.nodes[i];
+      if (!n.up || n.in_use >= n.capacity ||
+          (pass == 0 && avoided.count(n.endpoint) > 0))
+        continue;
+      // Least loaded by the fraction of its capacity in use.
+      if (best == nullptr || uint64_t{n.in_use} * best->capacity <
+                               uint64_t{best->in_use} * n.capacity) {
+        best = &n;
+        idx = i;
+      }
     }
   }
   if (best == nullptr) {
@@ -298,6 +321,8 @@ void place(self_ptr self, sandbox_spec spec,
                               " creates wait already"));
       return;
     }
+    if (!avoided.empty()) // still to avoid when its turn comes
+      spec.provider_options[avoid_nodes_option] = json(avoided);
     st.queue.push_back(queued_create{
       std::move(spec), rp,
       self->clock().now() + seconds_span(st.settings.queue_timeout_s), tries});
@@ -586,6 +611,11 @@ nodes_settings parse_nodes_settings(const json& j) {
       if (!v.is_number_unsigned() || v.get<uint64_t>() == 0)
         throw json_error(k, "expected a positive integer");
       out.max_queue = v.get<size_t>();
+    } else if (k == "retry_budget_ratio" || k == "retry_budget_burst") {
+      if (!v.is_number() || v.get<double>() < 0 || v.get<double>() > 1000)
+        throw json_error(k, "expected a number 0..1000");
+      (k == "retry_budget_ratio" ? out.retry_budget_ratio
+                                 : out.retry_budget_burst) = v.get<double>();
     } else if (k == "retry_infra") {
       if (!v.is_number_integer() || v.get<int64_t>() < 0 ||
           v.get<int64_t>() > 10)
@@ -594,11 +624,24 @@ nodes_settings parse_nodes_settings(const json& j) {
     } else {
       throw json_error(k, "unknown setting (known: endpoints, tls, "
                           "connect_timeout_s, queue_timeout_s, max_queue, "
-                          "retry_infra)");
+                          "retry_infra, retry_budget_ratio, "
+                          "retry_budget_burst)");
     }
   }
   if (out.endpoints.empty())
     throw json_error("endpoints", "missing: the nodes to grade on");
+  return out;
+}
+
+retry_settings retry_settings_of(const std::string& provider,
+                                 const json& settings) {
+  retry_settings out;
+  if (provider != "nodes")
+    return out; // no retries
+  auto parsed = parse_nodes_settings(settings);
+  out.max_retries = static_cast<uint32_t>(parsed.retry_infra);
+  out.budget_ratio = parsed.retry_budget_ratio;
+  out.budget_burst = parsed.retry_budget_burst;
   return out;
 }
 

@@ -4,6 +4,7 @@
 // sandboxes over sv-node processes (CAF middleman), pins each sandbox to its
 // node and fails everything in flight on a node at once when it is lost.
 
+#include "actors/retry.hpp"
 #include "messages/protocol.hpp"
 #include "providers/nodes/middleman_setup.hpp"
 #include "providers/nodes/node_protocol.hpp"
@@ -32,9 +33,18 @@ struct nodes_settings {
   double queue_timeout_s = 30;
   /// Creates waiting at most; beyond, `unavailable` at once.
   size_t max_queue = 100000;
-  /// Accepted for the block shape; retries after exec are not done.
+  /// Retries of a verification that failed provider_unavailable after its
+  /// sandbox existed (the supervisor's, actors/retry.hpp), and their budget.
   int retry_infra = 1;
+  double retry_budget_ratio = 0.1;
+  double retry_budget_burst = 10;
 };
+
+/// The supervisor's retry settings for a provider block: a `nodes` block's
+/// `retry_infra` (default 1) and budget; none for any other provider.
+/// Throws json_error for a bad nodes block.
+retry_settings retry_settings_of(const std::string& provider,
+                                 const json& settings);
 
 /// Parses the settings of a `nodes` block. Throws json_error.
 nodes_settings parse_nodes_settings(const json& settings);
