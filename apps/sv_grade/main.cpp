@@ -468,7 +468,9 @@ int run(cli_options opts, terminal_bar& bar) {
   caf::actor_system sys{cfg};
   // On nodes, as many at once as the nodes run (the nodes provider queues
   // creates beyond their free capacity).
-  if (opts.concurrency == 0)
+  // Nodes that join (`listen`) are counted once the provider is up.
+  bool joins = nodes && !nodes->listen.empty();
+  if (opts.concurrency == 0 && !joins)
     opts.concurrency =
       nodes ? std::max<size_t>(1, nodes_total_capacity(sys, *nodes))
             : default_concurrency();
@@ -476,6 +478,9 @@ int run(cli_options opts, terminal_bar& bar) {
   memory.start_kib = proc_status_kib("VmRSS:");
   auto backend = start_backend(block, opts.provider_config, config_file);
   auto provider = backend->spawn(sys);
+  if (opts.concurrency == 0) // as many as the first nodes to join run
+    opts.concurrency =
+      std::max<size_t>(1, nodes_capacity_up(sys, provider, nodes->join_wait_s));
   auto providers = std::make_shared<provider_set>();
   providers->add(provider);
   auto supervisor = spawn_supervisor(

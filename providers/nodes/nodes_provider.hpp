@@ -24,8 +24,15 @@ namespace sv {
 class provider_backend;
 
 struct nodes_settings {
-  /// "HOST:PORT" of every node.
+  /// "HOST:PORT" of every node the front connects to.
   std::vector<std::string> endpoints;
+  /// "HOST:PORT" on which the front accepts nodes that `--join` it (empty:
+  /// none); without TLS, loopback only unless `insecure`.
+  std::string listen;
+  bool insecure = false;
+  /// Seconds sv-grade waits at start for a first node to join, when it
+  /// has no endpoints of its own (or none reachable).
+  double join_wait_s = 30;
   tls_files tls;
   /// Seconds a connection attempt (and a heartbeat) may take.
   double connect_timeout_s = 3;
@@ -72,6 +79,11 @@ using nodes_stats_atom = caf::atom_constant<caf::atom("nstats")>;
 /// sandboxes, create_failures, call_failures, failed_by_node_loss, losses,
 /// sandbox_ms_p50/p99 (create to stop). Blocks up to 5 s (main thread).
 json nodes_stats(caf::actor_system& sys, const provider_actor& provider);
+
+/// The summed capacity of the nodes `provider` has up, waiting up to
+/// `wait_s` (main thread; polls) until there is at least one.
+size_t nodes_capacity_up(caf::actor_system& sys, const provider_actor& provider,
+                         double wait_s);
 
 /// Asks every reachable node its capacity (blocking, bounded by the connect
 /// timeout; call on the main thread) and returns their sum (0: none).
