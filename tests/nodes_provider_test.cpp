@@ -232,3 +232,44 @@ TEST_CASE_METHOD(nodes_fixture,
   CHECK(s->sandboxes_stopped == 0);
   CHECK(s->stop_failures == 0);
 }
+
+TEST_CASE_METHOD(nodes_fixture,
+                 "a node that joins is used; lost, it is replaced by the next "
+                 "join under its name",
+                 "[nodes][join]") {
+  start(1, 1); // n0:1, full after one create
+  auto join = [&](const std::string& name) {
+    backends.push_back(prepare_provider(
+      parse_provider_block(json{{"scripted", json::object()}})));
+    auto inner = keep(backends.back()->spawn(sys));
+    node_limits limits;
+    limits.capacity = 1;
+    auto node = keep(spawn_node_actor(sys, inner, limits));
+    client->send(caf::actor_cast<caf::actor>(provider), join_atom::value, name,
+                 caf::actor_cast<caf::actor>(node));
+    run();
+    CHECK(take<ok_atom>());
+    return node;
+  };
+  auto j = join("j");
+  CHECK(create().state == "n0:1");
+  CHECK(create().state == "j"); // n0 is full
+  // A configured endpoint's name cannot be taken by a join.
+  client->send(caf::actor_cast<caf::actor>(provider), join_atom::value,
+               std::string{"n0:1"}, caf::actor_cast<caf::actor>(j));
+  run();
+  CHECK(take<caf::error>());
+  caf::anon_send_exit(j, caf::exit_reason::kill);
+  run();
+  join("j"); // the node restarted and joined again
+  CHECK(create().state == "j");
+  client->send(caf::actor_cast<caf::actor>(provider), nodes_stats_atom::value);
+  run();
+  auto text = take<std::string>();
+  REQUIRE(text);
+  auto table = json::parse(*text);
+  REQUIRE(table.size() == 2);
+  CHECK(table[1]["endpoint"] == "j");
+  CHECK(table[1]["up"] == true);
+  CHECK(table[1]["losses"] == 1);
+}
