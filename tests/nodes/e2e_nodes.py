@@ -344,6 +344,22 @@ def case_tls(c):
     check(not any(o["ok"] for o in out), f"tls: wrong cert accepted {out}")
     check("TLS handshake refused" in err,
           f"tls: no clear message: {err[-2000:]}")
+    # Joining over TLS: the node with the right certificate is used, the
+    # one of another CA is refused and says why.
+    front = f"127.0.0.1:{free_port()}"
+    good_join = c.start_node("tj0", tls=good["node"], join=front)
+    c.start_node("tj1", tls=other["node"], join=front)
+    rc, out, err = finish(c.grade([], 4, 0.2, tls=good["front"],
+                                  settings={"listen": front,
+                                            "join_wait_s": 20}))
+    check(rc == 0, f"tls join: exit {rc}: {err[-3000:]}")
+    one_reply_each(out, 4)
+    check(all(o["ok"] and o["node"] == "tj0" for o in out),
+          f"tls join: {out}")
+    check(good_join.poll() is None, "tls join: the node died")
+    check(wait_until(lambda: "TLS handshake refused"
+                     in open(c.path("tj1.log")).read(), 10),
+          "tls join: the refused node does not say why")
 
 
 def free_port():
