@@ -201,7 +201,9 @@ def case_spread_and_kill(c):
     check(all(o["node"] in eps for o in out), f"kill: node unnamed: {out}")
     sup = json.load(open(c.path("summary.json")))["supervisor"]
     had_sandbox = [o for o in lost if o["failure"]["state"] != "create"]
-    check(sup["sandboxes_left_to_node"] == len(had_sandbox) + len(retried),
+    # (>=: a line whose stop was in flight at the kill is ok, its sandbox
+    # left to the node too.)
+    check(sup["sandboxes_left_to_node"] >= len(had_sandbox) + len(retried),
           f"kill: sandboxes left to the lost node: {sup}")
     check(sup["sandboxes_created"] == sup["sandboxes_stopped"]
           + sup["sandboxes_left_to_node"], f"kill: never stopped: {sup}")
