@@ -233,10 +233,11 @@ TEST_CASE_METHOD(nodes_fixture,
   CHECK(s->stop_failures == 0);
 }
 
-TEST_CASE_METHOD(nodes_fixture,
-                 "a node that joins is used; lost, it is replaced by the next "
-                 "join under its name",
-                 "[nodes][join]") {
+TEST_CASE_METHOD(
+  nodes_fixture,
+  "a node that joins is used, and when lost replaced by the next "
+  "join under its name",
+  "[nodes][join]") {
   start(1, 1); // n0:1, full after one create
   auto join = [&](const std::string& name) {
     backends.push_back(prepare_provider(

@@ -347,10 +347,12 @@ def case_tls(c):
     check("TLS handshake refused" in err,
           f"tls: no clear message: {err[-2000:]}")
     # Joining over TLS: the node with the right certificate is used, the
-    # one of another CA is refused and says why.
+    # one of another CA is refused and says why. Not at the same time: in
+    # CAF 0.17.6 a failed handshake on the front's listen port drops the
+    # established TLS connections there too (README, "Distributed
+    # grading").
     front = f"127.0.0.1:{free_port()}"
     good_join = c.start_node("tj0", tls=good["node"], join=front)
-    c.start_node("tj1", tls=other["node"], join=front)
     rc, out, err = finish(c.grade([], 4, 0.2, tls=good["front"],
                                   settings={"listen": front,
                                             "join_wait_s": 20}))
@@ -359,9 +361,16 @@ def case_tls(c):
     check(all(o["ok"] and o["node"] == "tj0" for o in out),
           f"tls join: {out}")
     check(good_join.poll() is None, "tls join: the node died")
+    good_join.kill()
+    good_join.wait(timeout=10)
+    proc = c.grade([], 1, 0.2, tls=good["front"],
+                   settings={"listen": front, "join_wait_s": 3,
+                             "queue_timeout_s": 1})
+    c.start_node("tj1", tls=other["node"], join=front)
     check(wait_until(lambda: "TLS handshake refused"
                      in open(c.path("tj1.log")).read(), 10),
           "tls join: the refused node does not say why")
+    finish(proc, timeout=60)
 
 
 def free_port():
