@@ -17,6 +17,9 @@ bool is_retryable(const verification_outcome& out) {
   switch (out.failure.state) {
   case verification_state::ready:
   case verification_state::upload:
+    // Before the runner: only a lost node (a ready timeout retried would
+    // cost another ready_timeout_s).
+    return out.failure.cause == failure_cause::node_down;
   case verification_state::exec:
   case verification_state::download:
     return true;

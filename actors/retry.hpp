@@ -29,10 +29,11 @@ struct retry_settings {
 /// and removes it; other providers ignore it.
 inline constexpr const char* avoid_nodes_option = "avoid_nodes";
 
-/// Whether `out` is an infrastructure failure after create: a
-/// provider_unavailable in ready, upload, exec or download (a create failed
-/// by a node is retried by the nodes provider itself; admission rejections
-/// and cancels are the caller's to handle).
+/// Whether `out` is an infrastructure failure worth a fresh sandbox: a
+/// provider_unavailable in exec or download, or a node lost (node_down) in
+/// ready or upload. A create failed by a node is retried by the nodes
+/// provider itself; admission rejections (overloaded) and cancels (killed)
+/// are the caller's to handle.
 bool is_retryable(const verification_outcome& out);
 
 /// A token bucket: each submission earns `budget_ratio` of a retry, up to

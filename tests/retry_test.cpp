@@ -160,3 +160,39 @@ TEST_CASE("the retry budget: a burst, then a fraction of submissions",
     budget.earn();
   CHECK(budget.tokens() == 2); // never more than the burst
 }
+
+TEST_CASE("which failures are worth a fresh sandbox", "[retry]") {
+  auto failed = [](failure_kind kind, verification_state state,
+                   failure_cause cause) {
+    verification_outcome out;
+    out.failure.kind = kind;
+    out.failure.state = state;
+    out.failure.cause = cause;
+    return out;
+  };
+  using k = failure_kind;
+  using s = verification_state;
+  using c = failure_cause;
+  CHECK(is_retryable(failed(k::provider_unavailable, s::exec, c::node_down)));
+  CHECK(is_retryable(failed(k::provider_unavailable, s::exec, c::error)));
+  CHECK(is_retryable(failed(k::provider_unavailable, s::download, c::timeout)));
+  CHECK(is_retryable(failed(k::provider_unavailable, s::upload, c::node_down)));
+  CHECK(is_retryable(failed(k::provider_unavailable, s::ready, c::node_down)));
+  // A ready timeout again would cost another ready_timeout_s.
+  CHECK_FALSE(
+    is_retryable(failed(k::provider_unavailable, s::ready, c::timeout)));
+  CHECK_FALSE(
+    is_retryable(failed(k::provider_unavailable, s::upload, c::error)));
+  CHECK_FALSE(
+    is_retryable(failed(k::provider_unavailable, s::create, c::node_down)));
+  CHECK_FALSE(
+    is_retryable(failed(k::provider_unavailable, s::queue, c::overloaded)));
+  CHECK_FALSE(
+    is_retryable(failed(k::provider_unavailable, s::exec, c::killed)));
+  CHECK_FALSE(is_retryable(failed(k::verifier_error, s::exec, c::timeout)));
+  CHECK_FALSE(
+    is_retryable(failed(k::invalid_request, s::validate, c::invalid_request)));
+  verification_outcome ok;
+  ok.ok = true;
+  CHECK_FALSE(is_retryable(ok));
+}
