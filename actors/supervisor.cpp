@@ -73,11 +73,16 @@ struct running_verification {
   std::string crash;
   /// Stopped by a `cancel` (its client went away), not crashed.
   bool cancelled = false;
+  /// This is attempt number `attempts` (actors/retry.hpp); `retry_copy`
+  /// is the request again, kept only while a retry is possible.
+  uint32_t attempts = 1;
+  std::shared_ptr<verification_request> retry_copy;
 };
 
 struct queued_submission {
   verification_request req;
   outcome_promise promise;
+  uint32_t attempts = 1;
 };
 
 /// A sandbox nobody else will stop: its verification crashed, or its
@@ -114,6 +119,8 @@ struct supervisor_state {
   std::vector<orphan_sandbox> orphans;
   size_t creating = 0;
   supervisor_stats stats;
+  retry_settings retry;
+  retry_budget budget;
 
   // -- restarts --
   provider_factory restart_provider;
@@ -142,6 +149,7 @@ verification_outcome rejection(std::string id, failure_kind kind,
   out.failure.state = state;
   out.failure.cause = cause;
   out.failure.message = std::move(message);
+  out.attempts = 0; // never started
   return out;
 }
 
@@ -170,11 +178,15 @@ bool has_slot(self_ptr self) {
          st.creating < st.max_creating;
 }
 
-void start(self_ptr self, verification_request&& req, outcome_promise&& rp) {
+void start(self_ptr self, verification_request&& req, outcome_promise&& rp,
+           uint32_t attempts = 1) {
   auto& st = self->state;
   running_verification entry;
   entry.promise = std::move(rp);
   entry.id = req.id;
+  entry.attempts = attempts;
+  if (attempts <= st.retry.max_retries)
+    entry.retry_copy = std::make_shared<verification_request>(req);
   entry.stop_timeout_s = req.config.stop_timeout_s;
   entry.provider = st.provider.address();
   auto child =
@@ -193,7 +205,7 @@ void start_queued(self_ptr self) {
   while (!st.queue.empty() && has_slot(self)) {
     auto next = std::move(st.queue.front());
     st.queue.pop_front();
-    start(self, std::move(next.req), std::move(next.promise));
+    start(self, std::move(next.req), std::move(next.promise), next.attempts);
   }
 }
 
@@ -380,10 +392,12 @@ void on_verification_down(self_ptr self, running_verification& entry,
   auto created = !entry.handle.sandbox_id.empty();
   auto state = entry.phase;
   leave_create_phase(self, entry);
-  deliver(self, entry.promise,
-          rejection(entry.id, failure_kind::verifier_error, state,
-                    failure_cause::crash,
-                    "verification actor crashed: " + what));
+  auto out =
+    rejection(entry.id, failure_kind::verifier_error, state,
+              failure_cause::crash, "verification actor crashed: " + what);
+  out.attempts = entry.attempts;
+  out.node = pinned_node(entry.handle);
+  deliver(self, entry.promise, std::move(out));
   if (created)
     adopt(self, orphan_sandbox{entry.handle, caf::actor_addr{},
                                entry.stop_timeout_s});
@@ -435,6 +449,7 @@ caf::result<verification_outcome> admit(self_ptr self,
                      "overloaded: " + std::to_string(st.max_queue) +
                        " submissions already queued");
   }
+  st.budget.earn();
   auto rp = self->make_response_promise<verification_outcome>();
   if (has_slot(self))
     start(self, std::move(req), outcome_promise{rp});
@@ -473,6 +488,40 @@ running_verification* entry_of(self_ptr self) {
   return i != running.end() ? &i->second : nullptr;
 }
 
+/// A sandbox handed over while its provider lives on is one of a lost node
+/// (the nodes provider failed its calls): that node's own reapers remove
+/// it, nobody here can stop it.
+bool left_to_lost_node(self_ptr self, const running_verification& entry) {
+  auto& st = self->state;
+  return st.provider_alive && entry.provider == st.provider.address() &&
+         !pinned_node(entry.handle).empty();
+}
+
+/// An infrastructure failure after create goes again in a fresh sandbox,
+/// away from its node, when the settings and the budget allow
+/// (actors/retry.hpp): first in the queue, so it takes the next slot.
+bool retried(self_ptr self, running_verification& entry,
+             const verification_outcome& out) {
+  auto& st = self->state;
+  if (!entry.retry_copy || !is_retryable(out) || st.given_up ||
+      (!st.provider_alive && !st.restarting))
+    return false;
+  if (!st.budget.take()) {
+    ++st.stats.retries_denied;
+    return false;
+  }
+  ++st.stats.retries;
+  spdlog::warn("retrying {} (attempt {}) after {} / {} / {}{}: {}", entry.id,
+               entry.attempts + 1, to_string(out.failure.kind),
+               to_string(out.failure.state), to_string(out.failure.cause),
+               out.node.empty() ? "" : " on " + out.node, out.failure.message);
+  auto req = std::move(*entry.retry_copy);
+  prepare_retry(req, out.node);
+  st.queue.push_front(queued_submission{
+    std::move(req), std::move(entry.promise), entry.attempts + 1});
+  return true;
+}
+
 void on_verified(self_ptr self, verification_outcome& out, stop_status how) {
   auto& st = self->state;
   auto addr = caf::actor_cast<caf::actor_addr>(self->current_sender());
@@ -480,7 +529,9 @@ void on_verified(self_ptr self, verification_outcome& out, stop_status how) {
   if (i == st.running.end())
     return;
   auto& entry = i->second;
-  if (how == stop_status::handed_over)
+  if (how == stop_status::handed_over && left_to_lost_node(self, entry))
+    ++st.stats.sandboxes_left_to_node;
+  else if (how == stop_status::handed_over)
     adopt(self,
           orphan_sandbox{entry.handle, entry.provider, entry.stop_timeout_s});
   else
@@ -493,7 +544,11 @@ void on_verified(self_ptr self, verification_outcome& out, stop_status how) {
     st.lingering.emplace(addr, entry.id); // the slot stays taken
   else
     leave_create_phase(self, entry);
-  deliver(self, entry.promise, std::move(out));
+  out.attempts = entry.attempts;
+  if (out.node.empty())
+    out.node = pinned_node(entry.handle);
+  if (!retried(self, entry, out))
+    deliver(self, entry.promise, std::move(out));
   st.running.erase(i);
   start_queued(self);
 }
@@ -550,6 +605,8 @@ supervisor(self_ptr self, provider_actor provider, supervisor_config cfg) {
   st.backoff_max = std::max(cfg.restart_backoff_max, cfg.restart_backoff_min);
   st.max_restart_failures = cfg.max_restart_failures;
   st.restart_timeout = cfg.restart_timeout;
+  st.retry = cfg.retry;
+  st.budget = retry_budget{cfg.retry};
   self->set_default_handler(log_and_drop_unexpected);
   self->monitor(st.provider);
   self->set_down_handler([=](caf::down_msg& dm) { on_down(self, dm); });

@@ -4,6 +4,7 @@
 // sandboxes being created), one monitored verification actor per
 // submission, exactly one terminal reply per submission.
 
+#include "actors/retry.hpp"
 #include "messages/provider.hpp"
 
 #include <chrono>
@@ -58,6 +59,9 @@ struct supervisor_config {
   uint32_t max_restart_failures = 8;
   /// How long one call of `restart_provider` may take.
   std::chrono::nanoseconds restart_timeout = std::chrono::seconds(120);
+  /// Retries of infrastructure failures after create (actors/retry.hpp);
+  /// none by default.
+  retry_settings retry;
 };
 
 /// Spawns a supervisor that grades on `provider`. The supervisor monitors

@@ -90,6 +90,9 @@ output_line_parts render_output_parts(const batch_entry& entry) {
   tail += ",\"timings_ms\":" + dump(json(x.timings));
   if (x.cached)
     tail += ",\"cached\":true";
+  tail += ",\"attempts\":" + std::to_string(x.attempts);
+  if (!x.node.empty())
+    tail += ",\"node\":" + dump(json(x.node));
   tail += ",\"line\":" + std::to_string(entry.line) + "}";
   return out;
 }
@@ -132,6 +135,7 @@ verification_outcome make_failed_outcome(std::string id, failure_kind kind,
   out.failure.state = state;
   out.failure.cause = cause;
   out.failure.message = std::move(message);
+  out.attempts = 0; // never started
   return out;
 }
 

@@ -64,6 +64,12 @@ void read(const json& v, bool& out) {
   out = v.get<bool>();
 }
 
+void read(const json& v, uint32_t& out) {
+  if (!v.is_number_unsigned() || v.get<uint64_t>() > UINT32_MAX)
+    fail_type(v, "a non-negative integer");
+  out = v.get<uint32_t>();
+}
+
 void read(const json& v, json& out) {
   out = v;
 }
@@ -425,15 +431,18 @@ void to_json(json& j, const verification_outcome& x) {
            {"mask_sample", !x.ok},
            {"result", x.ok ? x.result : json(nullptr)},
            {"failure", x.ok ? json(nullptr) : json(x.failure)},
-           {"timings_ms", x.timings}};
+           {"timings_ms", x.timings},
+           {"attempts", x.attempts}};
   if (x.cached)
     j["cached"] = true;
+  if (!x.node.empty())
+    j["node"] = x.node;
 }
 
 void from_json(const json& j, verification_outcome& x) {
-  check_object(
-    j, "verification_outcome",
-    {"id", "ok", "mask_sample", "result", "failure", "timings_ms", "cached"});
+  check_object(j, "verification_outcome",
+               {"id", "ok", "mask_sample", "result", "failure", "timings_ms",
+                "cached", "attempts", "node"});
   x = verification_outcome();
   required(j, "id", x.id);
   required(j, "ok", x.ok);
@@ -448,6 +457,8 @@ void from_json(const json& j, verification_outcome& x) {
   }
   field(j, "timings_ms", x.timings);
   field(j, "cached", x.cached);
+  field(j, "attempts", x.attempts);
+  field(j, "node", x.node);
 }
 
 void to_json(json& j, const supervisor_stats& x) {
@@ -460,6 +471,9 @@ void to_json(json& j, const supervisor_stats& x) {
            {"sandboxes_stopped", x.sandboxes_stopped},
            {"stop_failures", x.stop_failures},
            {"provider_restarts", x.provider_restarts},
+           {"retries", x.retries},
+           {"retries_denied", x.retries_denied},
+           {"sandboxes_left_to_node", x.sandboxes_left_to_node},
            {"in_flight", x.in_flight},
            {"queued", x.queued},
            {"creating", x.creating},

@@ -143,7 +143,19 @@ struct verification_outcome {
   state_timings timings;
   /// Answered from the result cache (`--cache`), without a sandbox.
   bool cached = false;
+  /// Verifications it took (1, or more when an infrastructure failure was
+  /// retried in a fresh sandbox; 0 for a submission never started).
+  uint32_t attempts = 1;
+  /// The node the (last) sandbox ran on, when the provider pins sandboxes
+  /// to nodes (see `pinned_node`); empty otherwise.
+  std::string node;
 };
+
+/// The node a handle is pinned to: a `nodes` provider's handle names its
+/// node ("HOST:PORT") in `state`; other providers' handles name none.
+inline std::string pinned_node(const sandbox_handle& hdl) {
+  return hdl.provider_name == "nodes" ? hdl.state : std::string{};
+}
 
 /// What a supervisor has done so far.
 struct supervisor_stats {
@@ -156,6 +168,13 @@ struct supervisor_stats {
   uint64_t sandboxes_stopped = 0;
   uint64_t stop_failures = 0;
   uint64_t provider_restarts = 0;
+  /// Verifications retried after an infrastructure failure, and retries the
+  /// budget refused.
+  uint64_t retries = 0;
+  uint64_t retries_denied = 0;
+  /// Sandboxes of a lost node, left to that node's own reapers (neither
+  /// stopped nor failed to stop by the front).
+  uint64_t sandboxes_left_to_node = 0;
   uint64_t in_flight = 0;
   uint64_t queued = 0;
   uint64_t creating = 0;
@@ -262,7 +281,7 @@ typename Inspector::result_type inspect(Inspector& f, state_timings& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, verification_outcome& x) {
   return f(caf::meta::type_name("sv::verification_outcome"), x.id, x.ok,
-           x.result, x.failure, x.timings, x.cached);
+           x.result, x.failure, x.timings, x.cached, x.attempts, x.node);
 }
 
 template <class Inspector>
@@ -270,7 +289,8 @@ typename Inspector::result_type inspect(Inspector& f, supervisor_stats& x) {
   return f(caf::meta::type_name("sv::supervisor_stats"), x.submitted,
            x.succeeded, x.failed, x.rejected_overloaded, x.crashed,
            x.sandboxes_created, x.sandboxes_stopped, x.stop_failures,
-           x.provider_restarts, x.in_flight, x.queued, x.creating,
+           x.provider_restarts, x.retries, x.retries_denied,
+           x.sandboxes_left_to_node, x.in_flight, x.queued, x.creating,
            x.peak_in_flight, x.peak_creating);
 }
 

@@ -2,7 +2,9 @@
 // node actors over scripted providers stand in for sv-node processes, given
 // to the nodes provider by handle (no middleman).
 
+#include "actors/supervisor.hpp"
 #include "deterministic_fixture.hpp"
+#include "grading_fixture.hpp"
 #include "messages/errors.hpp"
 #include "providers/factory.hpp"
 #include "providers/nodes/node_protocol.hpp"
@@ -23,11 +25,13 @@ struct nodes_fixture : test::deterministic_fixture {
 
   /// `count` nodes of `capacity` each, their scripted providers running
   /// `steps`; then the nodes provider over them.
-  void start(size_t count, uint32_t capacity, json steps = json::object()) {
+  void start(size_t count, uint32_t capacity, json steps = json::object(),
+             std::map<size_t, json> steps_of = {}) {
     nodes_settings settings;
     for (size_t i = 0; i < count; ++i) {
+      auto own = steps_of.count(i) > 0 ? steps_of[i] : steps;
       auto block =
-        parse_provider_block(json{{"scripted", json{{"steps", steps}}}});
+        parse_provider_block(json{{"scripted", json{{"steps", own}}}});
       backends.push_back(prepare_provider(block));
       auto inner = keep(backends.back()->spawn(sys));
       node_limits limits;
@@ -172,4 +176,101 @@ TEST_CASE_METHOD(nodes_fixture,
   auto hdl = take<sandbox_handle>();
   REQUIRE(hdl);
   CHECK(hdl->state == "n1:1");
+}
+
+TEST_CASE_METHOD(nodes_fixture,
+                 "a verification on a lost node is retried on another node",
+                 "[nodes][retry]") {
+  // n0's exec never answers; n1's does.
+  start(2, 2, json::object(), {{0, json{{"exec", json::array({"hang"})}}}});
+  supervisor_config cfg;
+  cfg.retry.max_retries = 1;
+  auto sup = keep(spawn_supervisor(sys, provider, cfg));
+  client->send(sup, verify_atom::value, test::make_request("r"));
+  run();
+  CHECK_FALSE(take<verification_outcome>()); // hanging on n0
+  caf::anon_send_exit(nodes[0], caf::exit_reason::kill);
+  run(); // no clock moves: the loss fails it, the retry runs on n1
+  auto out = take<verification_outcome>();
+  REQUIRE(out);
+  INFO(out->failure.message);
+  CHECK(out->ok);
+  CHECK(out->attempts == 2);
+  CHECK(out->node == "n1:1");
+  client->send(sup, stats_atom::value);
+  run();
+  auto s = take<supervisor_stats>();
+  REQUIRE(s);
+  CHECK(s->retries == 1);
+  CHECK(s->sandboxes_created == 2);
+  CHECK(s->sandboxes_stopped == 1);
+  CHECK(s->sandboxes_left_to_node == 1); // n0's, for n0's reapers
+  CHECK(s->stop_failures == 0);
+}
+
+TEST_CASE_METHOD(nodes_fixture,
+                 "without a retry, a lost node's verification fails node_down "
+                 "and names the node",
+                 "[nodes][retry]") {
+  start(2, 2, json{{"exec", json::array({"hang"})}});
+  auto sup = keep(spawn_supervisor(sys, provider, supervisor_config{}));
+  client->send(sup, verify_atom::value, test::make_request("r"));
+  run();
+  caf::anon_send_exit(nodes[0], caf::exit_reason::kill);
+  run();
+  auto out = take<verification_outcome>();
+  REQUIRE(out);
+  test::check_failure(*out, failure_kind::provider_unavailable,
+                      verification_state::exec, failure_cause::node_down);
+  CHECK(out->attempts == 1);
+  CHECK(out->node == "n0:1");
+  client->send(sup, stats_atom::value);
+  run();
+  auto s = take<supervisor_stats>();
+  REQUIRE(s);
+  CHECK(s->sandboxes_left_to_node == 1);
+  CHECK(s->sandboxes_stopped == 0);
+  CHECK(s->stop_failures == 0);
+}
+
+TEST_CASE_METHOD(
+  nodes_fixture,
+  "a node that joins is used, and when lost replaced by the next "
+  "join under its name",
+  "[nodes][join]") {
+  start(1, 1); // n0:1, full after one create
+  auto join = [&](const std::string& name) {
+    backends.push_back(prepare_provider(
+      parse_provider_block(json{{"scripted", json::object()}})));
+    auto inner = keep(backends.back()->spawn(sys));
+    node_limits limits;
+    limits.capacity = 1;
+    auto node = keep(spawn_node_actor(sys, inner, limits));
+    client->send(caf::actor_cast<caf::actor>(provider), join_atom::value, name,
+                 caf::actor_cast<caf::actor>(node));
+    run();
+    CHECK(take<ok_atom>());
+    return node;
+  };
+  auto j = join("j");
+  CHECK(create().state == "n0:1");
+  CHECK(create().state == "j"); // n0 is full
+  // A configured endpoint's name cannot be taken by a join.
+  client->send(caf::actor_cast<caf::actor>(provider), join_atom::value,
+               std::string{"n0:1"}, caf::actor_cast<caf::actor>(j));
+  run();
+  CHECK(take<caf::error>());
+  caf::anon_send_exit(j, caf::exit_reason::kill);
+  run();
+  join("j"); // the node restarted and joined again
+  CHECK(create().state == "j");
+  client->send(caf::actor_cast<caf::actor>(provider), nodes_stats_atom::value);
+  run();
+  auto text = take<std::string>();
+  REQUIRE(text);
+  auto table = json::parse(*text);
+  REQUIRE(table.size() == 2);
+  CHECK(table[1]["endpoint"] == "j");
+  CHECK(table[1]["up"] == true);
+  CHECK(table[1]["losses"] == 1);
 }

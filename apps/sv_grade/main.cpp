@@ -212,6 +212,8 @@ make_supervisor_config(const cli_options& opts, const provider_block& block,
   cfg.max_in_flight = opts.concurrency;
   cfg.max_creating = opts.max_creating;
   cfg.default_metadata = block.default_metadata;
+  // Read (and checked) with the block already; nodes retry, others do not.
+  cfg.retry = retry_settings_of(block.name, block.settings);
   json_limits limits;
   limits.max_depth = opts.max_json_depth;
   cfg.parser = [limits](const std::string& text, json& result,
@@ -483,7 +485,9 @@ int run(cli_options opts, terminal_bar& bar) {
   caf::actor_system sys{cfg};
   // On nodes, as many at once as the nodes run (the nodes provider queues
   // creates beyond their free capacity).
-  if (opts.concurrency == 0)
+  // Nodes that join (`listen`) are counted once the provider is up.
+  bool joins = nodes && !nodes->listen.empty();
+  if (opts.concurrency == 0 && !joins)
     opts.concurrency =
       nodes ? std::max<size_t>(1, nodes_total_capacity(sys, *nodes))
             : default_concurrency();
@@ -491,6 +495,9 @@ int run(cli_options opts, terminal_bar& bar) {
   memory.start_kib = proc_status_kib("VmRSS:");
   auto backend = start_backend(block, opts.provider_config, config_file);
   auto provider = backend->spawn(sys);
+  if (opts.concurrency == 0) // as many as the first nodes to join run
+    opts.concurrency =
+      std::max<size_t>(1, nodes_capacity_up(sys, provider, nodes->join_wait_s));
   auto providers = std::make_shared<provider_set>();
   providers->add(provider);
   auto supervisor = spawn_supervisor(

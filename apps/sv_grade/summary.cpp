@@ -63,6 +63,15 @@ std::string format_duration(double seconds) {
 void batch_summary::add(const batch_entry& entry) {
   auto& out = entry.outcome;
   ++lines_;
+  if (!entry.invalid && !out.node.empty()) {
+    auto& n = per_node_[out.node];
+    ++n.verifications;
+    n.ok += out.ok ? 1 : 0;
+    n.retried += out.attempts > 1 ? 1 : 0;
+    if (!out.ok)
+      ++n.failures[std::string{to_string(out.failure.kind)}];
+    n.total_ms.push_back(out.timings.total);
+  }
   if (!entry.invalid) {
     ++graded_;
     total_ms_.push_back(out.timings.total);
@@ -108,6 +117,35 @@ std::vector<double> batch_summary::overhead_ms() const {
   return xs;
 }
 
+json batch_summary::node_rows() const {
+  json rows = json::array();
+  std::map<std::string, size_t> row_of;
+  for (auto& n : nodes_) {
+    if (!n.is_object())
+      continue;
+    row_of[n.value("endpoint", std::string{})] = rows.size();
+    rows.push_back(n);
+  }
+  for (auto& [endpoint, t] : per_node_) {
+    auto i = row_of.find(endpoint);
+    if (i == row_of.end()) {
+      row_of[endpoint] = rows.size();
+      rows.push_back(json{{"endpoint", endpoint}});
+      i = row_of.find(endpoint);
+    }
+    auto totals = t.total_ms;
+    std::sort(totals.begin(), totals.end());
+    auto& row = rows[i->second];
+    row["verifications"] = t.verifications;
+    row["ok"] = t.ok;
+    row["retried_here"] = t.retried;
+    row["failures_by_kind"] = t.failures;
+    row["total_ms_p50"] = percentile(totals, 50);
+    row["total_ms_p99"] = percentile(totals, 99);
+  }
+  return rows;
+}
+
 std::string batch_summary::render(double wall_s) const {
   std::string out = "sv-grade summary\n";
   out += "  lines        " + std::to_string(lines_) + " (ok " +
@@ -131,19 +169,26 @@ std::string batch_summary::render(double wall_s) const {
   }
   if (stats_) {
     auto& s = *stats_;
-    out += "  sandboxes    created " + std::to_string(s.sandboxes_created) +
-           ", stopped " + std::to_string(s.sandboxes_stopped) +
-           ", stop failures " + std::to_string(s.stop_failures) +
-           ", never stopped " +
-           std::to_string(s.sandboxes_created - s.sandboxes_stopped -
-                          s.stop_failures) +
-           "\n";
+    out +=
+      "  sandboxes    created " + std::to_string(s.sandboxes_created) +
+      ", stopped " + std::to_string(s.sandboxes_stopped) + ", stop failures " +
+      std::to_string(s.stop_failures) + ", never stopped " +
+      std::to_string(s.sandboxes_created - s.sandboxes_stopped -
+                     s.stop_failures - s.sandboxes_left_to_node) +
+      (s.sandboxes_left_to_node > 0 ? ", left to a lost node's reaper " +
+                                        std::to_string(s.sandboxes_left_to_node)
+                                    : std::string{}) +
+      "\n";
+    if (s.retries > 0 || s.retries_denied > 0)
+      out += "  retries      " + std::to_string(s.retries) +
+             " (infrastructure failures graded again in a fresh sandbox), " +
+             std::to_string(s.retries_denied) + " refused by the budget\n";
     if (s.crashed > 0 || s.provider_restarts > 0)
       out += "  incidents    crashed verifications " +
              std::to_string(s.crashed) + ", provider restarts " +
              std::to_string(s.provider_restarts) + "\n";
   }
-  for (auto& n : nodes_) {
+  for (auto& n : node_rows()) {
     auto num = [&](const char* key) {
       return n.contains(key) ? n[key].dump() : std::string{"?"};
     };
@@ -151,8 +196,16 @@ std::string batch_summary::render(double wall_s) const {
       auto v = n.value(key, -1.0);
       return v < 0 ? std::string{"n/a"} : fixed(v, 1);
     };
+    std::string graded;
+    if (n.contains("verifications")) {
+      graded = num("verifications") + " verifications (ok " + num("ok");
+      for (auto& [kind, count] : n["failures_by_kind"].items())
+        graded += ", " + kind + " " + count.dump();
+      graded += ", retried here " + num("retried_here") + "), total ms p50 " +
+                ms("total_ms_p50") + " p99 " + ms("total_ms_p99") + "; ";
+    }
     out += "  node         " + n.value("endpoint", std::string{"?"}) + ": " +
-           num("sandboxes") + " sandboxes, sandbox ms p50 " +
+           graded + num("sandboxes") + " sandboxes, sandbox ms p50 " +
            ms("sandbox_ms_p50") + " p99 " + ms("sandbox_ms_p99") +
            ", create failures " + num("create_failures") + ", call failures " +
            num("call_failures") + ", failed by loss " +
@@ -217,8 +270,8 @@ json batch_summary::to_json(double wall_s) const {
            {"per_s", wall_s > 0 ? static_cast<double>(graded_) / wall_s : 0}};
   if (stats_)
     out["supervisor"] = *stats_;
-  if (!nodes_.empty())
-    out["nodes"] = nodes_;
+  if (!nodes_.empty() || !per_node_.empty())
+    out["nodes"] = node_rows();
   if (cache_)
     out["cache"] = json{{"path", cache_->path},     {"lines", cached_},
                         {"hits", cache_->hits},     {"misses", cache_->misses},

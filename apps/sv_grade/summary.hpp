@@ -141,6 +141,18 @@ private:
   uint64_t cached_ = 0;
   std::optional<batch_end> end_;
   json nodes_ = json::array();
+  /// Per node named by the outcomes (`node`): what ran there.
+  struct node_tally {
+    uint64_t verifications = 0;
+    uint64_t ok = 0;
+    /// Outcomes that took more than one attempt (their last ran here).
+    uint64_t retried = 0;
+    std::map<std::string, uint64_t> failures;
+    std::vector<double> total_ms;
+  };
+  std::map<std::string, node_tally> per_node_;
+  /// The per-node table: the provider's rows with the outcomes' tallies.
+  json node_rows() const;
 };
 
 /// One progress line: "[####----] 82/164 50% 31.2/s ETA 0:03" when `total`

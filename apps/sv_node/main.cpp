@@ -8,6 +8,7 @@
 #include "messages/registry.hpp"
 #include "providers/factory.hpp"
 #include "providers/nodes/middleman_setup.hpp"
+#include "providers/nodes/node_joiner.hpp"
 #include "providers/nodes/node_protocol.hpp"
 
 #include <CLI/CLI.hpp>
@@ -25,6 +26,8 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <thread>
+#include <tuple>
+#include <unistd.h>
 
 namespace {
 
@@ -37,6 +40,8 @@ struct usage_error : std::runtime_error {
 
 struct cli_options {
   std::string listen;
+  std::string join;
+  std::string name;
   std::string provider_config;
   uint32_t capacity = 0;
   uint64_t max_upload_bytes = 64ull << 20;
@@ -50,7 +55,10 @@ constexpr const char* help_footer = R"(
 Prints "listening on HOST:PORT" (the real port; --listen HOST:0 picks a
 free one) on stdout once it accepts connections. A front (sv-grade with a
 provider block {"nodes": {"endpoints": ["HOST:PORT", ...]}}) places
-sandboxes on it. SIGTERM or SIGINT drains: no new sandboxes, the ones in use
+sandboxes on it. With --join HOST:PORT it connects out instead (or as
+well) to a front whose nodes block has "listen": "HOST:PORT", and joins it
+under --name (default: the --listen address, else HOSTNAME/PID); it joins
+again, with backoff, whenever that front is lost. SIGTERM or SIGINT drains: no new sandboxes, the ones in use
 finish, all are stopped, exit 0. When a front's connection is lost, the
 node stops every sandbox that front created.
 
@@ -65,8 +73,12 @@ std::optional<int> parse_cli(int argc, char** argv, cli_options& opts) {
                "CAF's middleman",
                "sv-node"};
   app.footer(help_footer);
-  app.add_option("--listen", opts.listen, "HOST:PORT to accept fronts on")
-    ->required();
+  app.add_option("--listen", opts.listen, "HOST:PORT to accept fronts on");
+  app.add_option("--join", opts.join,
+                 "HOST:PORT of a front to join (its nodes block listens)");
+  app.add_option("--name", opts.name,
+                 "this node's name at the front it joins (stable across "
+                 "restarts)");
   app.add_option("--provider-config", opts.provider_config,
                  "JSON or YAML provider block file (default: {\"local\": {}})");
   app
@@ -107,15 +119,17 @@ std::optional<int> parse_cli(int argc, char** argv, cli_options& opts) {
   return std::nullopt;
 }
 
-std::pair<std::string, uint16_t> split_host_port(const std::string& text) {
+std::pair<std::string, uint16_t>
+split_host_port(const std::string& text, const char* option = "--listen") {
   auto colon = text.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == text.size())
-    throw usage_error("--listen " + text + ": expected HOST:PORT");
+    throw usage_error(std::string{option} + " " + text +
+                      ": expected HOST:PORT");
   auto host = text.substr(0, colon);
   auto port_text = text.substr(colon + 1);
   if (port_text.find_first_not_of("0123456789") != std::string::npos ||
       port_text.size() > 5 || std::stoul(port_text) > 65535)
-    throw usage_error("--listen " + text + ": bad port");
+    throw usage_error(std::string{option} + " " + text + ": bad port");
   return {host, static_cast<uint16_t>(std::stoul(port_text))};
 }
 
@@ -140,12 +154,31 @@ provider_block load_block(const std::string& path) {
 }
 
 int run(const cli_options& opts, const sigset_t& signals) {
-  auto [host, port] = split_host_port(opts.listen);
-  if (!opts.tls.enabled() && !is_loopback(host) && !opts.insecure)
+  if (opts.listen.empty() && opts.join.empty())
+    throw usage_error("give --listen HOST:PORT (fronts connect to it) or "
+                      "--join HOST:PORT (a front to connect to), or both");
+  std::string host;
+  uint16_t port = 0;
+  if (!opts.listen.empty())
+    std::tie(host, port) = split_host_port(opts.listen);
+  if (!opts.listen.empty() && !opts.tls.enabled() && !is_loopback(host) &&
+      !opts.insecure)
     throw usage_error("--listen " + opts.listen +
                       ": without TLS, sv-node listens only on loopback "
                       "(BASP has no authentication); give --tls-cert, "
                       "--tls-key and --tls-ca, or --insecure");
+  join_settings joining;
+  if (!opts.join.empty()) {
+    std::tie(joining.host, joining.port) = split_host_port(opts.join, "--join");
+    if (joining.port == 0)
+      throw usage_error("--join " + opts.join + ": bad port");
+    if (!opts.tls.enabled() && !is_loopback(joining.host) && !opts.insecure)
+      throw usage_error("--join " + opts.join +
+                        ": without TLS, sv-node joins only on loopback "
+                        "(BASP has no authentication); give --tls-cert, "
+                        "--tls-key and --tls-ca, or --insecure");
+    joining.tls = opts.tls.enabled();
+  }
   auto block = load_block(opts.provider_config);
   std::shared_ptr<provider_backend> backend;
   try {
@@ -165,16 +198,32 @@ int run(const cli_options& opts, const sigset_t& signals) {
   caf::actor_system sys{cfg};
   auto inner = backend->spawn(sys);
   auto node = spawn_node_actor(sys, inner, limits);
-  auto published = opts.tls.enabled()
-                     ? caf::openssl::publish(node, port, host.c_str(), true)
-                     : sys.middleman().publish(node, port, host.c_str(), true);
-  if (!published) {
-    caf::anon_send_exit(node, caf::exit_reason::user_shutdown);
-    caf::anon_send_exit(inner, caf::exit_reason::user_shutdown);
-    throw std::runtime_error("cannot listen on " + opts.listen + ": " +
-                             sys.render(published.error()));
+  caf::expected<uint16_t> published{uint16_t{0}};
+  if (!opts.listen.empty()) {
+    published = opts.tls.enabled()
+                  ? caf::openssl::publish(node, port, host.c_str(), true)
+                  : sys.middleman().publish(node, port, host.c_str(), true);
+    if (!published) {
+      caf::anon_send_exit(node, caf::exit_reason::user_shutdown);
+      caf::anon_send_exit(inner, caf::exit_reason::user_shutdown);
+      throw std::runtime_error("cannot listen on " + opts.listen + ": " +
+                               sys.render(published.error()));
+    }
+    std::cout << "listening on " << host << ":" << *published << std::endl;
   }
-  std::cout << "listening on " << host << ":" << *published << std::endl;
+  caf::actor joiner;
+  if (!opts.join.empty()) {
+    joining.name = opts.name;
+    if (joining.name.empty() && !opts.listen.empty())
+      joining.name = host + ":" + std::to_string(*published);
+    if (joining.name.empty()) {
+      char buf[256] = {};
+      ::gethostname(buf, sizeof buf - 1);
+      joining.name = std::string{buf} + "/" + std::to_string(::getpid());
+    }
+    joiner = spawn_node_joiner(sys, node, joining);
+    std::cout << "joining " << opts.join << " as " << joining.name << std::endl;
+  }
   spdlog::info("capacity {}, provider {}{}", limits.capacity, block.name,
                opts.tls.enabled() ? ", TLS" : "");
   int sig = 0;
@@ -198,7 +247,10 @@ int run(const cli_options& opts, const sigset_t& signals) {
       std::this_thread::sleep_for(100ms);
     }
   }
-  sys.middleman().unpublish(node, *published);
+  if (joiner)
+    caf::anon_send_exit(joiner, caf::exit_reason::user_shutdown);
+  if (!opts.listen.empty())
+    sys.middleman().unpublish(node, *published);
   caf::anon_send_exit(node, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(inner, caf::exit_reason::user_shutdown);
   sys.await_all_actors_done();

@@ -16,6 +16,7 @@
 #include "messages/json.hpp"
 #include "messages/registry.hpp"
 #include "providers/factory.hpp"
+#include "providers/nodes/nodes_provider.hpp"
 
 #include <CLI/CLI.hpp>
 #include <boost/asio/ip/address.hpp>
@@ -284,6 +285,8 @@ int run(const cli_options& opts) {
   caf::actor_system_config cfg;
   register_protocol(cfg);
   install_scheduler(cfg);
+  if (block.name == "nodes") // a front of sv-node processes
+    configure_front(cfg, parse_nodes_settings(block.settings));
   caf::actor_system sys{cfg};
   auto providers = std::make_shared<provider_set>();
   auto provider = backend->spawn(sys);
@@ -293,6 +296,7 @@ int run(const cli_options& opts) {
   scfg.max_creating = opts.max_creating;
   scfg.max_queue = opts.max_queue;
   scfg.default_metadata = block.default_metadata;
+  scfg.retry = retry_settings_of(block.name, block.settings);
   json_limits limits;
   limits.max_depth = opts.max_json_depth;
   scfg.parser = [limits](const std::string& text, json& result,

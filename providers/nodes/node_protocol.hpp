@@ -14,6 +14,10 @@ namespace sv {
 
 using node_info_atom = caf::atom_constant<caf::atom("node_info")>;
 using drain_atom = caf::atom_constant<caf::atom("drain")>;
+/// node -> a front's registrar (a `nodes` block with `listen`): `(join,
+/// name, node)` offers the node (an untyped handle to its node_actor) under
+/// a name that stays the same across its reconnects; replies ok.
+using join_atom = caf::atom_constant<caf::atom("join")>;
 
 using node_actor = provider_actor::extend<
   // Capacity (0 while draining) and sandboxes in use (created or being

@@ -23,6 +23,7 @@
 #include <map>
 #include <set>
 #include <spdlog/spdlog.h>
+#include <thread>
 
 namespace sv {
 
@@ -86,6 +87,8 @@ struct node_slot {
   std::string last_error;
   /// A test's node: no middleman, the handle is given.
   bool injected = false;
+  /// A node that joined (`listen`): it reconnects itself, we never dial it.
+  bool joined = false;
   // Counters for the per-node table of the front's summary.
   uint64_t sandboxes = 0;
   uint64_t create_failures = 0;
@@ -115,6 +118,8 @@ struct nodes_state {
   std::set<std::string> lost;
   std::deque<queued_create> queue;
   uint64_t next_call = 0;
+  /// Accepts nodes that join (`listen`), linked to this provider.
+  caf::actor registrar;
   static inline const char* name = "sv.nodes_provider";
 };
 
@@ -179,7 +184,8 @@ void lose(self_ptr self, size_t idx, const std::string& why) {
                         "node " + node.endpoint + " lost (" + why + ")");
   for (auto& [id, fail] : pending)
     fail(err);
-  schedule_reconnect(self, idx);
+  if (!node.joined) // a joined node comes back by joining again
+    schedule_reconnect(self, idx);
 }
 
 void connect(self_ptr self, size_t idx) {
@@ -198,7 +204,8 @@ void connect(self_ptr self, size_t idx) {
     else
       spdlog::info("node {} not reachable: {}", node.endpoint, why);
     node.last_error = why;
-    schedule_reconnect(self, idx);
+    if (!node.joined)
+      schedule_reconnect(self, idx);
   };
   auto tls = self->state.settings.tls.enabled();
   auto render = [=](const caf::error& err) {
@@ -229,7 +236,7 @@ void connect(self_ptr self, size_t idx) {
         },
         [=](caf::error& err) { fail(render(err)); });
   };
-  if (node.injected) {
+  if (node.injected || node.joined) {
     on_node(node.hdl);
     return;
   }
@@ -274,20 +281,43 @@ bool retry_elsewhere(const caf::error& err) {
            static_cast<uint8_t>(provider_errc::unavailable);
 }
 
+/// The nodes a retried create should not go to (actors/retry.hpp), taken
+/// out of the spec: nodes do not know the option.
+std::set<std::string> take_avoided(sandbox_spec& spec) {
+  std::set<std::string> out;
+  auto& opts = spec.provider_options;
+  if (!opts.is_object())
+    return out;
+  auto i = opts.find(avoid_nodes_option);
+  if (i == opts.end())
+    return out;
+  if (i->is_array())
+    for (auto& x : *i)
+      if (x.is_string())
+        out.insert(x.get<std::string>());
+  opts.erase(i);
+  return out;
+}
+
 void place(self_ptr self, sandbox_spec spec,
            caf::typed_response_promise<sandbox_handle> rp, size_t tries) {
   auto& st = self->state;
   node_slot* best = nullptr;
   size_t idx = 0;
-  for (size_t i = 0; i < st.nodes.size(); ++i) {
-    auto& n = st.nodes[i];
-    if (!n.up || n.in_use >= n.capacity)
-      continue;
-    // Least loaded by the fraction of its capacity in use.
-    if (best == nullptr || uint64_t{n.in_use} * best->capacity <
-                             uint64_t{best->in_use} * n.capacity) {
-      best = &n;
-      idx = i;
+  auto avoided = take_avoided(spec);
+  // A node to avoid is used only when no other node has room.
+  for (int pass = 0; pass < 2 && best == nullptr; ++pass) {
+    for (size_t i = 0; i < st.nodes.size(); ++i) {
+      auto& n = st.nodes[i];
+      if (!n.up || n.in_use >= n.capacity ||
+          (pass == 0 && avoided.count(n.endpoint) > 0))
+        continue;
+      // Least loaded by the fraction of its capacity in use.
+      if (best == nullptr || uint64_t{n.in_use} * best->capacity <
+                               uint64_t{best->in_use} * n.capacity) {
+        best = &n;
+        idx = i;
+      }
     }
   }
   if (best == nullptr) {
@@ -298,6 +328,8 @@ void place(self_ptr self, sandbox_spec spec,
                               " creates wait already"));
       return;
     }
+    if (!avoided.empty()) // still to avoid when its turn comes
+      spec.provider_options[avoid_nodes_option] = json(avoided);
     st.queue.push_back(queued_create{
       std::move(spec), rp,
       self->clock().now() + seconds_span(st.settings.queue_timeout_s), tries});
@@ -462,6 +494,77 @@ std::string stats_text(self_ptr self) {
   return out.dump();
 }
 
+/// A node joins (or joins again) under `name`: it takes the slot of that
+/// name (a new one the first time) and is asked its capacity like a node
+/// dialled. A name of a configured endpoint is refused.
+caf::result<ok_atom> on_join(self_ptr self, const std::string& name,
+                             const caf::actor& hdl) {
+  auto& st = self->state;
+  if (!hdl || name.empty() || name.size() > 256)
+    return make_error(provider_errc::invalid_argument,
+                      "a join needs a name (at most 256 bytes) and a node");
+  size_t idx = 0;
+  while (idx < st.nodes.size() && st.nodes[idx].endpoint != name)
+    ++idx;
+  if (idx == st.nodes.size()) {
+    node_slot n;
+    n.endpoint = name;
+    n.joined = true;
+    st.nodes.push_back(std::move(n));
+  } else if (!st.nodes[idx].joined) {
+    return make_error(provider_errc::invalid_argument,
+                      "the name " + name + " is a configured endpoint");
+  }
+  auto typed = caf::actor_cast<node_actor>(hdl);
+  if (st.nodes[idx].up && st.nodes[idx].hdl == typed)
+    return ok_atom::value;
+  if (st.nodes[idx].up)
+    lose(self, idx, "it joined again");
+  spdlog::info("node {} joins", name);
+  st.nodes[idx].hdl = std::move(typed);
+  ++st.nodes[idx].gen; // whatever an older join still asks is stale
+  connect(self, idx);
+  return ok_atom::value;
+}
+
+/// The actor a front publishes on `listen`: it only passes joins on, so a
+/// peer reaching the port sees nothing of the provider interface.
+caf::behavior registrar(caf::event_based_actor* self, caf::actor provider) {
+  self->set_default_handler(log_and_drop_unexpected);
+  return {
+    [=](join_atom a, std::string& name, caf::actor& node) {
+      return self->delegate(provider, a, std::move(name), std::move(node));
+    },
+  };
+}
+
+/// Publishes the registrar on `listen`. A front that cannot listen logs
+/// it; sv-grade then finds no node within its join wait.
+void start_listening(self_ptr self) {
+  auto& st = self->state;
+  std::string host;
+  uint16_t port = 0;
+  auto colon = st.settings.listen.rfind(':');
+  host = st.settings.listen.substr(0, colon);
+  port =
+    static_cast<uint16_t>(std::stoul(st.settings.listen.substr(colon + 1)));
+  st.registrar =
+    self->spawn<caf::linked>(registrar, caf::actor_cast<caf::actor>(self));
+  auto listen = st.settings.listen;
+  self
+    ->request(mm_actor(self), seconds_span(30), caf::publish_atom::value, port,
+              caf::actor_cast<caf::strong_actor_ptr>(st.registrar),
+              std::set<std::string>{}, host, true)
+    .then(
+      [=](uint16_t actual) {
+        spdlog::info("accepting nodes on {}:{}", host, actual);
+      },
+      [=](caf::error& err) {
+        spdlog::error("cannot accept nodes on {}: {}", listen,
+                      self->system().render(err));
+      });
+}
+
 caf::behavior nodes_provider(self_ptr self, nodes_settings settings,
                              std::vector<node_actor> injected) {
   auto& st = self->state;
@@ -485,6 +588,8 @@ caf::behavior nodes_provider(self_ptr self, nodes_settings settings,
   });
   for (size_t idx = 0; idx < st.nodes.size(); ++idx)
     connect(self, idx);
+  if (!st.settings.listen.empty())
+    start_listening(self);
   self->delayed_send(self, tick_interval, tick_atom::value);
   return {
     [=](create_atom, sandbox_spec& spec) -> caf::result<sandbox_handle> {
@@ -516,6 +621,9 @@ caf::behavior nodes_provider(self_ptr self, nodes_settings settings,
     },
     [=](tick_atom) { tick(self); },
     [=](nodes_stats_atom) { return stats_text(self); },
+    [=](join_atom, std::string& name, caf::actor& hdl) {
+      return on_join(self, name, hdl);
+    },
   };
 }
 
@@ -558,6 +666,25 @@ nodes_settings parse_nodes_settings(const json& j) {
           throw json_error(k, "expected \"HOST:PORT\", got " + e.dump());
         out.endpoints.push_back(e.get<std::string>());
       }
+    } else if (k == "listen") {
+      std::string host;
+      uint16_t port = 0;
+      auto text = v.is_string() ? v.get<std::string>() : std::string{};
+      // Port 0 picks a free one (tests): split_endpoint refuses it.
+      if (!v.is_string() ||
+          !(split_endpoint(text, host, port) ||
+            (text.size() > 2 && text.compare(text.size() - 2, 2, ":0") == 0 &&
+             text.rfind(':') > 0)))
+        throw json_error(k, "expected \"HOST:PORT\", got " + v.dump());
+      out.listen = text;
+    } else if (k == "insecure") {
+      if (!v.is_boolean())
+        throw json_error(k, "expected true or false");
+      out.insecure = v.get<bool>();
+    } else if (k == "join_wait_s") {
+      if (!v.is_number() || v.get<double>() < 0 || v.get<double>() > 3600)
+        throw json_error(k, "expected seconds 0..3600");
+      out.join_wait_s = v.get<double>();
     } else if (k == "tls") {
       if (!v.is_object())
         throw json_error(k, "expected {\"cert\", \"key\", \"ca\"}");
@@ -586,6 +713,11 @@ nodes_settings parse_nodes_settings(const json& j) {
       if (!v.is_number_unsigned() || v.get<uint64_t>() == 0)
         throw json_error(k, "expected a positive integer");
       out.max_queue = v.get<size_t>();
+    } else if (k == "retry_budget_ratio" || k == "retry_budget_burst") {
+      if (!v.is_number() || v.get<double>() < 0 || v.get<double>() > 1000)
+        throw json_error(k, "expected a number 0..1000");
+      (k == "retry_budget_ratio" ? out.retry_budget_ratio
+                                 : out.retry_budget_burst) = v.get<double>();
     } else if (k == "retry_infra") {
       if (!v.is_number_integer() || v.get<int64_t>() < 0 ||
           v.get<int64_t>() > 10)
@@ -593,12 +725,34 @@ nodes_settings parse_nodes_settings(const json& j) {
       out.retry_infra = v.get<int>();
     } else {
       throw json_error(k, "unknown setting (known: endpoints, tls, "
+                          "listen, insecure, join_wait_s, "
                           "connect_timeout_s, queue_timeout_s, max_queue, "
-                          "retry_infra)");
+                          "retry_infra, retry_budget_ratio, "
+                          "retry_budget_burst)");
     }
   }
-  if (out.endpoints.empty())
-    throw json_error("endpoints", "missing: the nodes to grade on");
+  if (out.endpoints.empty() && out.listen.empty())
+    throw json_error("endpoints", "missing: the nodes to grade on (or "
+                                  "\"listen\" for nodes that join)");
+  if (!out.listen.empty() && !out.tls.enabled() && !out.insecure) {
+    auto host = out.listen.substr(0, out.listen.rfind(':'));
+    if (host != "localhost" && host != "::1" && host.rfind("127.", 0) != 0)
+      throw json_error("listen", "without tls, only on loopback (BASP has no "
+                                 "authentication); set tls, or \"insecure\": "
+                                 "true");
+  }
+  return out;
+}
+
+retry_settings retry_settings_of(const std::string& provider,
+                                 const json& settings) {
+  retry_settings out;
+  if (provider != "nodes")
+    return out; // no retries
+  auto parsed = parse_nodes_settings(settings);
+  out.max_retries = static_cast<uint32_t>(parsed.retry_infra);
+  out.budget_ratio = parsed.retry_budget_ratio;
+  out.budget_burst = parsed.retry_budget_burst;
   return out;
 }
 
@@ -632,6 +786,22 @@ json nodes_stats(caf::actor_system& sys, const provider_actor& provider) {
       },
       [&](caf::error&) {});
   return out;
+}
+
+size_t nodes_capacity_up(caf::actor_system& sys, const provider_actor& provider,
+                         double wait_s) {
+  auto deadline = std::chrono::steady_clock::now() +
+                  duration_cast<std::chrono::steady_clock::duration>(
+                    std::chrono::duration<double>{wait_s});
+  for (;;) {
+    size_t total = 0;
+    for (auto& n : nodes_stats(sys, provider))
+      if (n.value("up", false))
+        total += n.value("capacity", size_t{0});
+    if (total > 0 || std::chrono::steady_clock::now() >= deadline)
+      return total;
+    std::this_thread::sleep_for(100ms);
+  }
 }
 
 size_t nodes_total_capacity(caf::actor_system& sys,

@@ -4,6 +4,7 @@
 // sandboxes over sv-node processes (CAF middleman), pins each sandbox to its
 // node and fails everything in flight on a node at once when it is lost.
 
+#include "actors/retry.hpp"
 #include "messages/protocol.hpp"
 #include "providers/nodes/middleman_setup.hpp"
 #include "providers/nodes/node_protocol.hpp"
@@ -23,8 +24,15 @@ namespace sv {
 class provider_backend;
 
 struct nodes_settings {
-  /// "HOST:PORT" of every node.
+  /// "HOST:PORT" of every node the front connects to.
   std::vector<std::string> endpoints;
+  /// "HOST:PORT" on which the front accepts nodes that `--join` it (empty:
+  /// none); without TLS, loopback only unless `insecure`.
+  std::string listen;
+  bool insecure = false;
+  /// Seconds sv-grade waits at start for a first node to join, when it
+  /// has no endpoints of its own (or none reachable).
+  double join_wait_s = 30;
   tls_files tls;
   /// Seconds a connection attempt (and a heartbeat) may take.
   double connect_timeout_s = 3;
@@ -32,9 +40,18 @@ struct nodes_settings {
   double queue_timeout_s = 30;
   /// Creates waiting at most; beyond, `unavailable` at once.
   size_t max_queue = 100000;
-  /// Accepted for the block shape; retries after exec are not done.
+  /// Retries of a verification that failed provider_unavailable after its
+  /// sandbox existed (the supervisor's, actors/retry.hpp), and their budget.
   int retry_infra = 1;
+  double retry_budget_ratio = 0.1;
+  double retry_budget_burst = 10;
 };
+
+/// The supervisor's retry settings for a provider block: a `nodes` block's
+/// `retry_infra` (default 1) and budget; none for any other provider.
+/// Throws json_error for a bad nodes block.
+retry_settings retry_settings_of(const std::string& provider,
+                                 const json& settings);
 
 /// Parses the settings of a `nodes` block. Throws json_error.
 nodes_settings parse_nodes_settings(const json& settings);
@@ -62,6 +79,11 @@ using nodes_stats_atom = caf::atom_constant<caf::atom("nstats")>;
 /// sandboxes, create_failures, call_failures, failed_by_node_loss, losses,
 /// sandbox_ms_p50/p99 (create to stop). Blocks up to 5 s (main thread).
 json nodes_stats(caf::actor_system& sys, const provider_actor& provider);
+
+/// The summed capacity of the nodes `provider` has up, waiting up to
+/// `wait_s` (main thread; polls) until there is at least one.
+size_t nodes_capacity_up(caf::actor_system& sys, const provider_actor& provider,
+                         double wait_s);
 
 /// Asks every reachable node its capacity (blocking, bounded by the connect
 /// timeout; call on the main thread) and returns their sum (0: none).

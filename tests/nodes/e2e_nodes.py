@@ -9,7 +9,9 @@ isolation none) and sv-grade on a `nodes` block as the front.
 - a node restarted on its port is used again;
 - a SIGSTOP'd node is noticed (heartbeat) and the batch still finishes;
 - TLS with a CA made here by the openssl CLI; a node with a certificate of
-  another CA is refused.
+  another CA is refused;
+- nodes that --join a front listening for them: a batch spreads over both,
+  kill -9 of one mid-batch, and they join the next front on their own.
 
 Usage: e2e_nodes.py SV_NODE SV_GRADE PYTHON [case]
 Every wait is bounded; every process is killed at the end.
@@ -40,12 +42,14 @@ class Cluster:
     def path(self, name):
         return os.path.join(self.tmp, name)
 
-    def start_node(self, name, port=0, capacity=4, tls=None):
+    def start_node(self, name, port=0, capacity=4, tls=None, join=None):
         config = self.path(f"{name}.json")
         root = self.path(f"root-{name}")
         with open(config, "w") as f:
             json.dump({"local": {"root": root, "isolation": "none"}}, f)
-        cmd = [self.sv_node, "--listen", f"127.0.0.1:{port}",
+        where = (["--join", join, "--name", name] if join
+                 else ["--listen", f"127.0.0.1:{port}"])
+        cmd = [self.sv_node, *where,
                "--provider-config", config, "--capacity", str(capacity),
                "--log-level", "info"]
         if tls:
@@ -66,6 +70,11 @@ class Cluster:
             if proc.poll() is not None:
                 break
             time.sleep(0.05)
+        if join:
+            check(line == f"joining {join} as {name}",
+                  f"{name}: no 'joining' line: {line!r}")
+            proc.endpoint, proc.root = name, root
+            return proc
         check(line.startswith("listening on 127.0.0.1:"),
               f"{name}: no 'listening on' line: {line!r} "
               f"(log: {open(self.path(name + '.log')).read()[-2000:]})")
@@ -74,7 +83,8 @@ class Cluster:
         return proc
 
     def grade(self, endpoints, n, sleep, tls=None, extra=(), settings=None):
-        block = {"nodes": {"endpoints": endpoints, **(settings or {})}}
+        block = {"nodes": {**({"endpoints": endpoints} if endpoints else {}),
+                           **(settings or {})}}
         if tls:
             block["nodes"]["tls"] = {"cert": tls[0], "key": tls[1],
                                      "ca": tls[2]}
@@ -180,8 +190,23 @@ def case_spread_and_kill(c):
         f = o["failure"]
         check(f["failure_kind"] == "provider_unavailable"
               and f["cause"] == "node_down", f"kill: unexpected failure {o}")
-    check(len(lost) >= 1, "kill: nothing was lost on the killed node")
+    # retry_infra defaults to 1: what the killed node had runs again
+    # elsewhere (attempts 2), unless the retry budget ran out.
+    retried = [o for o in out if o["ok"] and o["attempts"] == 2]
+    check(len(lost) + len(retried) >= 1,
+          "kill: nothing was lost on the killed node")
+    for o in retried:
+        check(o["node"] != eps[1], f"kill: retried on the dead node: {o}")
     check(sum(o["ok"] for o in out) >= 24 - 4, f"kill: too many lost {lost}")
+    check(all(o["node"] in eps for o in out), f"kill: node unnamed: {out}")
+    sup = json.load(open(c.path("summary.json")))["supervisor"]
+    had_sandbox = [o for o in lost if o["failure"]["state"] != "create"]
+    # (>=: a line whose stop was in flight at the kill is ok, its sandbox
+    # left to the node too.)
+    check(sup["sandboxes_left_to_node"] >= len(had_sandbox) + len(retried),
+          f"kill: sandboxes left to the lost node: {sup}")
+    check(sup["sandboxes_created"] == sup["sandboxes_stopped"]
+          + sup["sandboxes_left_to_node"], f"kill: never stopped: {sup}")
     for p in (nodes[0], nodes[2]):
         check(wait_until(lambda: not leftovers(p.root), 10),
               f"survivor {p.endpoint} has sandboxes left: "
@@ -210,9 +235,12 @@ def case_sigstop(c):
     os.kill(nodes[2].pid, signal.SIGCONT)
     check(rc == 0, f"sigstop: exit {rc}: {err[-3000:]}")
     one_reply_each(out, 12)
-    lost = [o for o in out if not o["ok"]]
+    lost = [o for o in out if not o["ok"] or o["attempts"] > 1]
     check(len(lost) >= 1, "sigstop: nothing lost on the stopped node")
     for o in lost:
+        if o["ok"]:  # retried elsewhere
+            check(o["node"] != eps[2], f"sigstop: retried there: {o}")
+            continue
         f = o["failure"]
         check(f["failure_kind"] == "provider_unavailable"
               and f["cause"] == "node_down", f"sigstop: {o}")
@@ -318,9 +346,75 @@ def case_tls(c):
     check(not any(o["ok"] for o in out), f"tls: wrong cert accepted {out}")
     check("TLS handshake refused" in err,
           f"tls: no clear message: {err[-2000:]}")
+    # Joining over TLS: the node with the right certificate is used, the
+    # one of another CA is refused and says why. Not at the same time: in
+    # CAF 0.17.6 a failed handshake on the front's listen port drops the
+    # established TLS connections there too (README, "Distributed
+    # grading").
+    front = f"127.0.0.1:{free_port()}"
+    good_join = c.start_node("tj0", tls=good["node"], join=front)
+    rc, out, err = finish(c.grade([], 4, 0.2, tls=good["front"],
+                                  settings={"listen": front,
+                                            "join_wait_s": 20}))
+    check(rc == 0, f"tls join: exit {rc}: {err[-3000:]}")
+    one_reply_each(out, 4)
+    check(all(o["ok"] and o["node"] == "tj0" for o in out),
+          f"tls join: {out}")
+    check(good_join.poll() is None, "tls join: the node died")
+    good_join.kill()
+    good_join.wait(timeout=10)
+    proc = c.grade([], 1, 0.2, tls=good["front"],
+                   settings={"listen": front, "join_wait_s": 3,
+                             "queue_timeout_s": 1})
+    c.start_node("tj1", tls=other["node"], join=front)
+    check(wait_until(lambda: "TLS handshake refused"
+                     in open(c.path("tj1.log")).read(), 10),
+          "tls join: the refused node does not say why")
+    finish(proc, timeout=60)
 
 
-CASES = {"spread_and_kill": case_spread_and_kill, "sigstop": case_sigstop,
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def case_join(c):
+    front = f"127.0.0.1:{free_port()}"
+    listen = {"listen": front, "join_wait_s": 20}
+    # Nodes first: they dial the front until it listens (backoff).
+    nodes = [c.start_node(f"j{i}", join=front) for i in range(2)]
+    proc = c.grade([], 16, 1.0, settings=listen,
+                   extra=["--concurrency", "8"])
+    check(wait_until(lambda: all(leftovers(p.root) for p in nodes), 20),
+          "join: the batch did not reach both joined nodes")
+    nodes[1].kill()
+    nodes[1].wait(timeout=10)
+    rc, out, err = finish(proc, timeout=60)
+    check(rc == 0, f"join: exit {rc}: {err[-3000:]}")
+    one_reply_each(out, 16)
+    for o in out:
+        if not o["ok"]:
+            f = o["failure"]
+            check(f["failure_kind"] == "provider_unavailable"
+                  and f["cause"] == "node_down", f"join: failure {o}")
+    hit = [o for o in out if not o["ok"] or o["attempts"] > 1]
+    check(hit, "join: nothing was lost on the killed node")
+    check({o["node"] for o in out} <= {"j0", "j1"}, f"join: nodes {out}")
+    # A new front on the same port: j0 joins it by itself, j1 restarted
+    # under its name too; both get work.
+    nodes[1] = c.start_node("j1", join=front)
+    rc, out, err = finish(c.grade([], 16, 1.0, settings=listen,
+                                  extra=["--concurrency", "8"]), timeout=60)
+    check(rc == 0, f"join again: exit {rc}: {err[-3000:]}")
+    one_reply_each(out, 16)
+    check(all(o["ok"] for o in out), f"join again: failures {out}")
+    check({o["node"] for o in out} == {"j0", "j1"},
+          f"join again: not spread over both: {out}")
+
+
+CASES = {"join": case_join, "spread_and_kill": case_spread_and_kill, "sigstop": case_sigstop,
          "front_lost_and_drain": case_front_lost_and_drain, "tls": case_tls,
          "usage": case_usage}
 

@@ -131,7 +131,14 @@ TEST_CASE("a graded outcome renders with its line number") {
                     {"result", {{"reward", 1.0}}},
                     {"failure", nullptr},
                     {"timings_ms", {{"exec", 5.0}, {"total", 6.0}}},
+                    {"attempts", 1},
                     {"line", 3}});
+  // A retried verification on a node says so (DESIGN.md, batch format).
+  entry.outcome.attempts = 2;
+  entry.outcome.node = "127.0.0.1:7101";
+  auto line = render_output_line(entry);
+  CHECK(line.find(R"("attempts":2,"node":"127.0.0.1:7101","line":3})") !=
+        std::string::npos);
 }
 
 TEST_CASE("hostile lines are invalid_request, naming what is wrong") {

@@ -10,7 +10,7 @@ import sys
 import tempfile
 
 OUTPUT_KEYS = {"id", "ok", "mask_sample", "result", "failure", "timings_ms",
-               "line"}
+               "attempts", "line"}
 STATE_KEYS = {"create", "ready", "upload", "exec", "download", "stop", "total"}
 
 
