@@ -57,6 +57,7 @@ hit(const std::string& id, const std::string& text, const json_limits& limits,
   out.id = id;
   out.ok = true;
   out.cached = true;
+  out.attempts = 0; // no sandbox ran for it
   out.timings.total = std::chrono::duration<double, std::milli>(
                         std::chrono::steady_clock::now() - started)
                         .count();

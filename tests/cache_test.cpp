@@ -186,7 +186,8 @@ TEST_CASE("a cached outcome is marked in its output line, others are not") {
   CHECK(plain.find("cached") == std::string::npos);
   entry.outcome.cached = true;
   auto line = render_output_line(entry);
-  CHECK(line.find(R"(,"cached":true,"line":3})") != std::string::npos);
+  CHECK(line.find(R"(,"cached":true,"attempts":1,"line":3})") !=
+        std::string::npos);
   auto back = json::parse(line);
   back.erase("line");
   auto out = back.get<verification_outcome>();
