@@ -52,8 +52,7 @@ double now_us() {
 }
 
 double tv_us(const timeval& tv) {
-  return static_cast<double>(tv.tv_sec) * 1e6 +
-         static_cast<double>(tv.tv_usec);
+  return static_cast<double>(tv.tv_sec) * 1e6 + static_cast<double>(tv.tv_usec);
 }
 
 double thread_cpu_us() {
@@ -68,8 +67,7 @@ double host_busy_us() {
   std::ifstream in{"/proc/stat"};
   std::string cpu;
   uint64_t user, nice, sys, idle, iowait, irq, softirq, steal;
-  in >> cpu >> user >> nice >> sys >> idle >> iowait >> irq >> softirq >>
-    steal;
+  in >> cpu >> user >> nice >> sys >> idle >> iowait >> irq >> softirq >> steal;
   auto hz = static_cast<double>(::sysconf(_SC_CLK_TCK));
   return static_cast<double>(user + nice + sys + irq + softirq) * 1e6 / hz;
 }
@@ -212,16 +210,15 @@ int main(int argc, char** argv) {
   auto iso = prepare_isolation(cfg, root, python);
   std::printf("load average at start: %s; %d reps; medians in microseconds\n\n",
               load_average().c_str(), reps);
-  std::printf("| piece | wall µs | CPU µs | host CPU µs |\n|---|---|---|---|\n");
+  std::printf(
+    "| piece | wall µs | CPU µs | host CPU µs |\n|---|---|---|---|\n");
 
   // -- sandbox create / teardown pieces --------------------------------------
   std::string dir = root + "/sb";
-  time_piece(
-    "mkdir + rmdir of the sandbox directory",
-    [&] {
-      ::mkdir(dir.c_str(), 0700);
-      ::rmdir(dir.c_str());
-    });
+  time_piece("mkdir + rmdir of the sandbox directory", [&] {
+    ::mkdir(dir.c_str(), 0700);
+    ::rmdir(dir.c_str());
+  });
   ::mkdir(dir.c_str(), 0700);
   time_piece(
     "mount the sandbox tmpfs (1 GiB)",
@@ -254,11 +251,13 @@ int main(int argc, char** argv) {
   limits.memory_bytes = uint64_t{2} << 30;
   std::unique_ptr<sandbox_cgroups> cg;
   int n = 0;
-  time_piece("cgroups create (pids + memory, limits written)", [&] {
-    cg = std::make_unique<sandbox_cgroups>(iso.cgroups,
-                                           "sv-cost-" + std::to_string(n++),
-                                           limits);
-  }, {}, [&] { cg->remove(); });
+  time_piece(
+    "cgroups create (pids + memory, limits written)",
+    [&] {
+      cg = std::make_unique<sandbox_cgroups>(
+        iso.cgroups, "sv-cost-" + std::to_string(n++), limits);
+    },
+    {}, [&] { cg->remove(); });
   time_piece(
     "cgroups kill_all (empty) + remove (nothing charged)",
     [&] {
@@ -283,23 +282,24 @@ int main(int argc, char** argv) {
         for (auto fd : cg->join_fds())
           if (::write(fd, "0", 1) != 1)
             ::_exit(1);
-        ::execl("/usr/bin/python3", "python3", "-c",
-                "x = bytearray(32 << 20)", nullptr);
+        ::execl("/usr/bin/python3", "python3", "-c", "x = bytearray(32 << 20)",
+                nullptr);
         ::_exit(127);
       }
       ::waitpid(pid, nullptr, 0);
     });
   if (iso.uids) {
     uid_lease lease;
-    time_piece("uid lease (flock + uid_in_use scan + keyring clear helper)",
-               [&] { lease = iso.uids->lease(); }, {},
-               [&] { lease.release(); });
-    time_piece("uid release", [&] { lease.release(); },
-               [&] { lease = iso.uids->lease(); });
+    time_piece(
+      "uid lease (flock + uid_in_use scan + keyring clear helper)",
+      [&] { lease = iso.uids->lease(); }, {}, [&] { lease.release(); });
+    time_piece(
+      "uid release", [&] { lease.release(); },
+      [&] { lease = iso.uids->lease(); });
     time_piece("uid_in_use scan of /proc alone",
-               [&] { (void) uid_in_use(iso.uids->base()); });
+               [&] { (void)uid_in_use(iso.uids->base()); });
     time_piece("clear_keyrings helper alone",
-               [&] { (void) clear_keyrings(iso.uids->base()); });
+               [&] { (void)clear_keyrings(iso.uids->base()); });
   }
   time_piece("3 pipes (pipe2, close)", [&] {
     int p[3][2];
@@ -320,7 +320,8 @@ int main(int argc, char** argv) {
     kill_matching([](pid_t p) { return has_env_entry(p, "SV_SANDBOX_ID=x"); });
   });
 
-  // -- processes ---------------------------------------------------------------
+  // -- processes
+  // ---------------------------------------------------------------
   const std::string bw = iso.bwrap;
   const std::vector<std::string> cmd{"/bin/true"};
   time_process("/bin/true, bare (fork + exec + wait)", [&] { return cmd; });
@@ -351,12 +352,14 @@ int main(int argc, char** argv) {
   run("  + 3 hidden --tmpfs (/root /home /run)",
       join(base, {"--tmpfs", "/root", "--tmpfs", "/home", "--tmpfs", "/run"}));
   run("  + --die-with-parent --new-session --clearenv --hostname",
-      join(base, {"--unshare-uts", "--hostname", "sandbox",
-                  "--die-with-parent", "--new-session", "--clearenv"}));
+      join(base, {"--unshare-uts", "--hostname", "sandbox", "--die-with-parent",
+                  "--new-session", "--clearenv"}));
   if (iso.seccomp)
     time_process(
       "  + --seccomp (load the filter)",
-      [&] { return join(join(base, {"--seccomp", "3", "--"}), cmd); },
+      [&] {
+        return join(join(base, {"--seccomp", "3", "--"}), cmd);
+      },
       [&] { return std::vector<int>{iso.seccomp->open_program()}; });
   if (iso.uids)
     run("  + setpriv to the sandbox uid (the command through setpriv)",

@@ -88,8 +88,9 @@ struct local_sandbox {
   std::string workdir;
   /// The sandbox directory, the base of every confined path walk.
   unique_fd dir;
-  /// Environment from the sandbox spec, applied to every exec.
-  const env_map env;
+  /// Environment from the sandbox spec, applied to every exec (set once,
+  /// before the sandbox is handed out).
+  env_map env;
   /// Serializes everything that happens to this sandbox.
   io_strand strand;
   /// Fires at the sandbox's TTL, when the spec gives one.
