@@ -213,6 +213,8 @@ int main(int argc, char** argv) {
   std::printf(
     "| piece | wall µs | CPU µs | host CPU µs |\n|---|---|---|---|\n");
 
+  if (std::getenv("SV_COST_PRINT_COMMAND"))
+    reps = 0;
   // -- sandbox create / teardown pieces --------------------------------------
   std::string dir = root + "/sb";
   time_piece("mkdir + rmdir of the sandbox directory", [&] {
@@ -398,6 +400,11 @@ int main(int argc, char** argv) {
     auto py = bwrap_command(iso, root + "/x", "/sandbox", "", iso.uids->base(),
                             {python.executable, "-c", "pass"},
                             {{"PATH", "/usr/bin:/bin"}}, true);
+    if (std::getenv("SV_COST_PRINT_COMMAND")) {
+      for (auto& a : py.flat())
+        std::printf("%s\n", a.c_str());
+      return 0;
+    }
     time_process(
       "python3 -c pass through the provider's whole command (with setpriv)",
       [&] { return py.flat(); },

@@ -168,3 +168,42 @@ TEST_CASE_METHOD(pool_fixture, "shutdown destroys every pooled sandbox") {
     CHECK(!path_exists(cgroup_dir("memory", id)));
   }
 }
+
+TEST_CASE_METHOD(isolated_fixture,
+                 "each sandbox has its own prepared network namespace, "
+                 "loopback up, kept across its execs") {
+  auto a = create();
+  auto b = create();
+  auto netns = [&](const sandbox_handle& h) {
+    auto r = sh(h, "readlink /proc/self/ns/net");
+    REQUIRE(r.return_code == 0);
+    return r.stdout_text;
+  };
+  auto a1 = netns(a);
+  auto a2 = netns(a);
+  auto b1 = netns(b);
+  char host[64] = {};
+  REQUIRE(::readlink("/proc/self/ns/net", host, sizeof host - 1) > 0);
+  CHECK(a1 == a2);
+  CHECK(a1 != b1);
+  CHECK(a1 != std::string{host} + "\n");
+  // The loopback is up, as bwrap's --unshare-net leaves it: a runner may
+  // talk to itself over 127.0.0.1.
+  auto r =
+    exec(a, exec_request{{"python3", "-c",
+                          "import socket\n"
+                          "s = socket.socket()\n"
+                          "s.bind(('127.0.0.1', 0))\n"
+                          "s.listen()\n"
+                          "c = socket.create_connection(s.getsockname())\n"
+                          "print('ok')\n"},
+                         "",
+                         {},
+                         30,
+                         ""});
+  REQUIRE(r.value);
+  INFO(r.value->stderr_text);
+  CHECK(r.value->stdout_text == "ok\n");
+  stop_and_expect_gone(a);
+  stop_and_expect_gone(b);
+}

@@ -2,6 +2,7 @@
 
 #include "messages/errors.hpp"
 #include "providers/local/host/mounts.hpp"
+#include "providers/local/host/netns.hpp"
 #include "providers/local/host/process.hpp"
 #include "providers/local/isolation.hpp"
 #include "providers/local/sandbox/confined_fs.hpp"
@@ -84,6 +85,8 @@ prepare_local_sandbox(const isolation_settings& iso, int root_fd,
     limits.memory_bytes = shape.memory_bytes;
     limits.cpus = shape.cpus;
     conf.cgroups = sandbox_cgroups{iso.cgroups, id, limits};
+    if (iso.mode == isolation_mode::bwrap && iso.privileged)
+      conf.netns = make_empty_netns();
     unique_fd dir{::openat(root_fd, id.c_str(),
                            O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)};
     if (!dir)
@@ -128,6 +131,8 @@ std::string check_unused(const isolation_settings& iso,
     return "it ran a command";
   if (iso.uids && conf.uid.uid < 0)
     return "it holds no uid";
+  if (iso.mode == isolation_mode::bwrap && iso.privileged && !conf.netns)
+    return "it has no network namespace";
   // The directory (and /tmp, /dev/shm): still empty, still the tmpfs
   // mounted for it at its path.
   auto check_dir = [&](int fd, const std::string& name) -> std::string {
@@ -175,6 +180,8 @@ caf::error teardown_local_sandbox(local_sandbox& sb) {
   // but the uid is gone.
   std::string failed = survivors == 0 ? conf.cgroups.remove() : "";
   sb.dir.reset();
+  // The namespace goes with its last process, or now.
+  conf.netns.reset();
   // Unmounting a tmpfs frees all of it in one step, however many files it
   // holds (at most its nr_inodes): no walk of the tree.
   auto removed = remove_sandbox_dirs(sb.root_fd, sb.root, sb.id);

@@ -37,6 +37,9 @@ struct sandbox_confinement {
   /// the sandbox's /tmp and /dev/shm (sizes: scratch_bytes()).
   bool scratch = false;
   sandbox_cgroups cgroups;
+  /// Its own empty network namespace (bwrap, as root), entered by each
+  /// exec's launcher instead of bwrap making one per exec.
+  unique_fd netns;
 };
 
 /// The host directories (siblings of the sandbox's, in its root) of its
