@@ -6,12 +6,15 @@ alternating (A B A B ...), and the table shows medians and ratios.
       sv-bench-orchestration vs py_baseline.py --provider null, at
       concurrency 1,000 and 100,000: verifications/s, peak RSS, KiB per
       in-flight verification.
-  bench/compare.py humaneval [--rounds 3] [--bwrap]
+  bench/compare.py humaneval [--rounds 3] [--bwrap] [--baseline SV_GRADE]
       HumanEval (canonical and broken completions alternating, 164 jobs)
       through the floor (floor.sh), sv-grade on the local provider
       (isolation none, and bwrap with --bwrap) and py_baseline.py
       --provider local, at concurrency 2 and 4; plus sv-grade's
       orchestration overhead (total - exec) p50/p99 at concurrency 4.
+      --baseline adds another sv-grade binary (a copy of an earlier build:
+      "before") in the same alternation, each mode; the load column is the
+      median 1-minute load average at the start of each program's runs.
 
 Run from the repository root after scripts/setup.sh. Interpreter for every
 runner: /usr/bin/python3 (Debian's; a pyenv shim would add ~140 ms a start).
@@ -105,12 +108,12 @@ def humaneval(args):
                       str(conc), "--python", PYTHON])
         return {"per_s": r["per_s"], "reward": r["reward_sum"]}
 
-    def ours(conc, isolation):
+    def ours(conc, isolation, binary=sv_grade):
         config = os.path.join(tmp, f"provider-{isolation}.json")
         with open(config, "w") as f:
             json.dump({"local": {"python": PYTHON, "isolation": isolation}}, f)
         summary = os.path.join(tmp, "summary.json")
-        subprocess.run([sv_grade, "--input", jobs, "--output",
+        subprocess.run([binary, "--input", jobs, "--output",
                         os.path.join(tmp, "out.jsonl"), "--concurrency",
                         str(conc), "--provider-config", config,
                         "--summary-json", summary],
@@ -123,31 +126,39 @@ def humaneval(args):
     results = {}
     for conc in (2, 4):
         programs = [("floor", lambda c=conc: floor(c))]
-        programs += [(f"sv-grade ({m})", lambda c=conc, m=m: ours(c, m))
-                     for m in modes]
+        for m in modes:
+            if args.baseline:
+                programs.append((f"sv-grade before ({m})",
+                                 lambda c=conc, m=m: ours(c, m,
+                                                          args.baseline)))
+            programs.append((f"sv-grade ({m})", lambda c=conc, m=m: ours(c, m)))
         programs += [("py asyncio peer", lambda c=conc: peer(c))]
         samples = {name: [] for name, _ in programs}
         for _ in range(args.rounds):
             for name, run in programs:
-                samples[name].append(run())
+                load = os.getloadavg()[0]
+                sample = run()
+                sample["load"] = load
+                samples[name].append(sample)
         results[conc] = samples
 
     print(f"HumanEval, {n} jobs (canonical and broken alternating), "
           f"{args.rounds} rounds alternating, medians\n")
-    print("| concurrency | program | jobs/s | × floor | reward sum |")
-    print("|---|---|---|---|---|")
+    print("| concurrency | program | jobs/s | × floor | reward sum | load |")
+    print("|---|---|---|---|---|---|")
     for conc, samples in results.items():
         floor_rate = median([x["per_s"] for x in samples["floor"]])
         for name, xs in samples.items():
             rate = median([x["per_s"] for x in xs])
             reward = median([x["reward"] for x in xs])
+            load = median([x["load"] for x in xs])
             print(f"| {conc} | {name} | {rate:.1f} | {rate / floor_rate:.3f} "
-                  f"| {reward:g} |")
-    for mode in modes:
-        xs = results[4][f"sv-grade ({mode})"]
+                  f"| {reward:g} | {load:.1f} |")
+    for name in [n for n in results[4] if n.startswith("sv-grade")]:
+        xs = results[4][name]
         p50 = median([x["overhead"]["p50"] for x in xs])
         p99 = median([x["overhead"]["p99"] for x in xs])
-        print(f"\nsv-grade ({mode}) orchestration overhead (total - exec) at "
+        print(f"\n{name} orchestration overhead (total - exec) at "
               f"concurrency 4: p50 {p50:.2f} ms, p99 {p99:.2f} ms")
 
 
@@ -159,6 +170,8 @@ def main():
     ap.add_argument("--count", type=int, default=100000)
     ap.add_argument("--bwrap", action="store_true",
                     help="humaneval: also sv-grade with bubblewrap isolation")
+    ap.add_argument("--baseline", metavar="SV_GRADE",
+                    help="humaneval: also this sv-grade binary (before)")
     args = ap.parse_args()
     {"orchestration": orchestration, "humaneval": humaneval}[args.what](args)
 

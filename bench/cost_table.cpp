@@ -3,16 +3,18 @@
 // medians of wall and CPU time. Run as root (mounts, cgroups, uids) from the
 // repository root after a build: build/bench/sv-bench-cost-table [--reps 50]
 //
-// In-process pieces: CPU is the calling thread's (RUSAGE_THREAD). Processes
-// (bwrap and /bin/true): CPU is the reaped child tree's (wait4's rusage).
-// Kernel work deferred to kernel threads (a network namespace's cleanup, a
-// memory cgroup's offlining) is in neither; the machine-wide figure (the
-// `host` column: all CPUs' busy time from /proc/stat over the reps, per rep)
-// shows it, with whatever else the shared machine ran meanwhile.
+// In-process pieces: CPU is the calling thread's (CLOCK_THREAD_CPUTIME_ID).
+// Processes (bwrap, python, /bin/true): CPU is what a cpuacct cgroup that
+// the child joins before its exec counts, so every process of the tree
+// (inside bwrap's pid namespace too). Kernel work deferred to kernel
+// threads (a network namespace's cleanup, a memory cgroup's offlining) is in
+// neither; the `host` column (all CPUs' busy time from /proc/stat over the
+// reps, per rep) shows it, with whatever else the shared machine ran.
 
 #include "providers/local.hpp"
 #include "providers/local/host/cgroups.hpp"
 #include "providers/local/host/mounts.hpp"
+#include "providers/local/host/netns.hpp"
 #include "providers/local/host/process.hpp"
 #include "providers/local/host/seccomp.hpp"
 #include "providers/local/host/uid_pool.hpp"
@@ -27,6 +29,7 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <sched.h>
 #include <sstream>
 #include <string>
 #include <sys/mman.h>
@@ -44,6 +47,16 @@ using namespace sv::detail;
 namespace {
 
 int reps = 50;
+/// cpuacct cgroup every timed process joins; its usage file.
+std::string acct_procs;
+std::string acct_usage;
+
+double acct_us() {
+  std::ifstream in{acct_usage};
+  double ns = 0;
+  in >> ns;
+  return ns / 1e3;
+}
 
 double now_us() {
   return std::chrono::duration<double, std::micro>(
@@ -123,16 +136,23 @@ void time_piece(const std::string& name, const std::function<void()>& piece,
 /// Runs argv (fork, execve, wait4) with `extra_fds` at 3, 4, ...; returns
 /// wall and the child tree's CPU.
 sample run_process(const std::vector<std::string>& argv,
-                   const std::vector<int>& extra_fds = {}) {
+                   const std::vector<int>& extra_fds = {}, int netns = -1) {
   std::vector<char*> args;
   for (auto& a : argv)
     args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   char env0[] = "PATH=/usr/sbin:/usr/bin:/sbin:/bin";
   char* envp[] = {env0, nullptr};
+  int acct =
+    acct_procs.empty() ? -1 : ::open(acct_procs.c_str(), O_WRONLY | O_CLOEXEC);
+  auto a0 = acct_us();
   auto w0 = now_us();
   auto pid = ::fork();
   if (pid == 0) {
+    if (acct >= 0 && ::write(acct, "0", 1) != 1)
+      ::_exit(126);
+    if (netns >= 0 && ::setns(netns, CLONE_NEWNET) != 0)
+      ::_exit(126);
     int devnull = ::open("/dev/null", O_RDWR);
     ::dup2(devnull, 0);
     ::dup2(devnull, 1);
@@ -149,6 +169,8 @@ sample run_process(const std::vector<std::string>& argv,
   rusage ru;
   ::wait4(pid, &status, 0, &ru);
   auto w1 = now_us();
+  if (acct >= 0)
+    ::close(acct);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     std::cerr << "failed (status " << status << "):";
     for (auto& a : argv)
@@ -156,19 +178,22 @@ sample run_process(const std::vector<std::string>& argv,
     std::cerr << '\n';
     std::exit(1);
   }
+  if (!acct_usage.empty())
+    return {w1 - w0, acct_us() - a0};
   return {w1 - w0, tv_us(ru.ru_utime) + tv_us(ru.ru_stime)};
 }
 
 void time_process(const std::string& name,
                   const std::function<std::vector<std::string>()>& argv,
-                  const std::function<std::vector<int>()>& fds = {}) {
+                  const std::function<std::vector<int>()>& fds = {},
+                  int netns = -1) {
   std::vector<sample> xs;
   double host = 0;
   for (int i = 0; i < reps; ++i) {
     auto a = argv();
     std::vector<int> f = fds ? fds() : std::vector<int>{};
     auto h0 = host_busy_us();
-    xs.push_back(run_process(a, f));
+    xs.push_back(run_process(a, f, netns));
     host += host_busy_us() - h0;
     for (auto fd : f)
       ::close(fd);
@@ -198,6 +223,11 @@ int main(int argc, char** argv) {
   if (::geteuid() != 0) {
     std::cerr << "run as root (mounts, cgroups, uids)\n";
     return 1;
+  }
+  std::string acct_dir = "/sys/fs/cgroup/cpuacct/sv-cost-table";
+  if (::mkdir(acct_dir.c_str(), 0755) == 0 || errno == EEXIST) {
+    acct_procs = acct_dir + "/cgroup.procs";
+    acct_usage = acct_dir + "/cpuacct.usage";
   }
   std::string root = "/tmp/sv-cost-table";
   ::mkdir(root.c_str(), 0700);
@@ -318,6 +348,12 @@ int main(int argc, char** argv) {
                [&] { ::close(iso.seccomp->open_program()); });
   time_piece("compile the seccomp filter (once per provider)",
              [&] { seccomp_filter f{false}; });
+  {
+    unique_fd ns;
+    time_piece(
+      "an empty network namespace, loopback up (make_empty_netns)",
+      [&] { ns = make_empty_netns(); }, {}, [&] { ns.reset(); });
+  }
   time_piece("kill_matching sweep of /proc by marker (no cgroups only)", [&] {
     kill_matching([](pid_t p) { return has_env_entry(p, "SV_SANDBOX_ID=x"); });
   });
@@ -396,6 +432,20 @@ int main(int argc, char** argv) {
         return std::vector<int>{::open("/dev/null", O_WRONLY),
                                 iso.seccomp->open_program()};
       });
+  if (iso.seccomp) {
+    auto own = bwrap_command(iso, root + "/x", "/sandbox", "", -1, cmd,
+                             {{"PATH", "/usr/bin:/bin"}}, true, true);
+    auto ns = make_empty_netns();
+    time_process(
+      "the provider's whole bwrap command in a prepared network namespace "
+      "(setns, no --unshare-net)",
+      [&] { return join(join(own.options, {"--"}), cmd); },
+      [&] {
+        return std::vector<int>{::open("/dev/null", O_WRONLY),
+                                iso.seccomp->open_program()};
+      },
+      ns.get());
+  }
   if (iso.seccomp && iso.uids) {
     auto py = bwrap_command(iso, root + "/x", "/sandbox", "", iso.uids->base(),
                             {python.executable, "-c", "pass"},
@@ -417,6 +467,11 @@ int main(int argc, char** argv) {
     ::rmdir((root + s).c_str());
   ::close(root_fd);
   ::rmdir(root.c_str());
+  if (!acct_procs.empty()) {
+    // Back to the root cgroup, then the bench's one goes.
+    std::ofstream{"/sys/fs/cgroup/cpuacct/cgroup.procs"} << ::getpid();
+    ::rmdir(acct_dir.c_str());
+  }
   std::printf("\nload average at the end: %s\n", load_average().c_str());
   return 0;
 }
