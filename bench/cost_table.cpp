@@ -432,6 +432,27 @@ int main(int argc, char** argv) {
         return std::vector<int>{::open("/dev/null", O_WRONLY),
                                 iso.seccomp->open_program()};
       });
+  // What a python start costs inside: the same bwrap with and without the
+  // filter, and the whole command without and with setpriv.
+  std::vector<std::string> py_cmd{python.executable, "-c", "pass"};
+  time_process("python3 -c pass, bwrap --ro-bind / /",
+               [&] { return join(join(base, {"--"}), py_cmd); });
+  if (iso.seccomp)
+    time_process(
+      "python3 -c pass, bwrap --ro-bind / / --seccomp",
+      [&] { return join(join(base, {"--seccomp", "3", "--"}), py_cmd); },
+      [&] { return std::vector<int>{iso.seccomp->open_program()}; });
+  if (iso.seccomp) {
+    auto py0 = bwrap_command(iso, root + "/x", "/sandbox", "", -1, py_cmd,
+                             {{"PATH", "/usr/bin:/bin"}}, true);
+    time_process(
+      "python3 -c pass through the provider's whole command (no setpriv)",
+      [&] { return py0.flat(); },
+      [&] {
+        return std::vector<int>{::open("/dev/null", O_WRONLY),
+                                iso.seccomp->open_program()};
+      });
+  }
   if (iso.seccomp) {
     auto own = bwrap_command(iso, root + "/x", "/sandbox", "", -1, cmd,
                              {{"PATH", "/usr/bin:/bin"}}, true, true);
