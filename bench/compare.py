@@ -118,7 +118,8 @@ def humaneval(args):
                     "--output", jobs], check=True)
     n = sum(1 for _ in open(jobs))
     sv_grade = os.path.join(BUILD, "apps", "sv-grade")
-    modes = ["none"] + (["bwrap"] if args.bwrap else [])
+    modes = ([] if args.no_none else ["none"]) + (["bwrap"] if args.bwrap
+                                                  else [])
 
     def floor(conc):
         r = run_json([os.path.join(PEERS, "floor.sh"), jobs, str(conc), PYTHON])
@@ -130,10 +131,11 @@ def humaneval(args):
                       str(conc), "--python", PYTHON])
         return {"per_s": r["per_s"], "reward": r["reward_sum"]}
 
-    def ours(conc, isolation, binary=sv_grade):
+    def ours(conc, isolation, binary=sv_grade, extra=None):
         config = os.path.join(tmp, f"provider-{isolation}.json")
         with open(config, "w") as f:
-            json.dump({"local": {"python": PYTHON, "isolation": isolation}}, f)
+            json.dump({"local": {"python": PYTHON, "isolation": isolation,
+                                 **(extra or {})}}, f)
         summary = os.path.join(tmp, "summary.json")
         subprocess.run(accounted([binary, "--input", jobs, "--output",
                         os.path.join(tmp, "out.jsonl"), "--concurrency",
@@ -148,7 +150,7 @@ def humaneval(args):
     if os.geteuid() == 0:
         os.makedirs(CPUACCT, exist_ok=True)
     results = {}
-    for conc in (2, 4):
+    for conc in args.concurrency or (2, 4):
         programs = [("floor", lambda c=conc: floor(c))]
         for m in modes:
             if args.baseline:
@@ -156,6 +158,10 @@ def humaneval(args):
                                  lambda c=conc, m=m: ours(c, m,
                                                           args.baseline)))
             programs.append((f"sv-grade ({m})", lambda c=conc, m=m: ours(c, m)))
+            for w in args.warm_pool or []:
+                programs.append((f"sv-grade ({m}, warm_pool {w})",
+                                 lambda c=conc, m=m, w=w:
+                                 ours(c, m, extra={"warm_pool": w})))
         programs += [("py asyncio peer", lambda c=conc: peer(c))]
         samples = {name: [] for name, _ in programs}
         for _ in range(args.rounds):
@@ -184,12 +190,13 @@ def humaneval(args):
             print(f"| {conc} | {name} | {rate:.1f} | {rate / floor_rate:.3f} "
                   f"| {reward:g} | {load:.1f} | {cpu:.1f} "
                   f"| {floor_cpu / cpu:.3f} |")
-    for name in [n for n in results[4] if n.startswith("sv-grade")]:
-        xs = results[4][name]
+    last = max(results)
+    for name in [n for n in results[last] if n.startswith("sv-grade")]:
+        xs = results[last][name]
         p50 = median([x["overhead"]["p50"] for x in xs])
         p99 = median([x["overhead"]["p99"] for x in xs])
         print(f"\n{name} orchestration overhead (total - exec) at "
-              f"concurrency 4: p50 {p50:.2f} ms, p99 {p99:.2f} ms")
+              f"concurrency {last}: p50 {p50:.2f} ms, p99 {p99:.2f} ms")
 
 
 def main():
@@ -200,6 +207,13 @@ def main():
     ap.add_argument("--count", type=int, default=100000)
     ap.add_argument("--bwrap", action="store_true",
                     help="humaneval: also sv-grade with bubblewrap isolation")
+    ap.add_argument("--warm-pool", type=int, action="append", metavar="N",
+                    help="humaneval: also sv-grade with this warm_pool "
+                         "(repeatable)")
+    ap.add_argument("--concurrency", type=int, action="append",
+                    help="humaneval: only these concurrencies (default 2, 4)")
+    ap.add_argument("--no-none", action="store_true",
+                    help="humaneval: leave out isolation none")
     ap.add_argument("--baseline", metavar="SV_GRADE",
                     help="humaneval: also this sv-grade binary (before)")
     args = ap.parse_args()
