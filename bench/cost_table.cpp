@@ -440,7 +440,9 @@ int main(int argc, char** argv) {
   if (iso.seccomp)
     time_process(
       "python3 -c pass, bwrap --ro-bind / / --seccomp",
-      [&] { return join(join(base, {"--seccomp", "3", "--"}), py_cmd); },
+      [&] {
+        return join(join(base, {"--seccomp", "3", "--"}), py_cmd);
+      },
       [&] { return std::vector<int>{iso.seccomp->open_program()}; });
   if (iso.seccomp) {
     auto py0 = bwrap_command(iso, root + "/x", "/sandbox", "", -1, py_cmd,
