@@ -6,12 +6,15 @@ alternating (A B A B ...), and the table shows medians and ratios.
       sv-bench-orchestration vs py_baseline.py --provider null, at
       concurrency 1,000 and 100,000: verifications/s, peak RSS, KiB per
       in-flight verification.
-  bench/compare.py humaneval [--rounds 3] [--bwrap]
+  bench/compare.py humaneval [--rounds 3] [--bwrap] [--baseline SV_GRADE]
       HumanEval (canonical and broken completions alternating, 164 jobs)
       through the floor (floor.sh), sv-grade on the local provider
       (isolation none, and bwrap with --bwrap) and py_baseline.py
       --provider local, at concurrency 2 and 4; plus sv-grade's
       orchestration overhead (total - exec) p50/p99 at concurrency 4.
+      --baseline adds another sv-grade binary (a copy of an earlier build:
+      "before") in the same alternation, each mode; the load column is the
+      median 1-minute load average at the start of each program's runs.
 
 Run from the repository root after scripts/setup.sh. Interpreter for every
 runner: /usr/bin/python3 (Debian's; a pyenv shim would add ~140 ms a start).
@@ -30,9 +33,31 @@ PEERS = os.path.join(ROOT, "bench", "peers")
 PYTHON = "/usr/bin/python3"
 
 
+# As root, every program runs in a cpuacct cgroup of its own: the CPU it
+# and all its processes (sandboxes included) used, which a shared machine's
+# load changes much less than wall time.
+CPUACCT = "/sys/fs/cgroup/cpuacct/sv-compare"
+
+
+def accounted(cmd):
+    """`cmd` joining the cpuacct cgroup first (when there is one)."""
+    if not os.path.isdir(CPUACCT):
+        return cmd
+    return ["/bin/sh", "-c", f'echo $$ > {CPUACCT}/cgroup.procs; exec "$@"',
+            "sh"] + cmd
+
+
+def cpu_used_s():
+    try:
+        return int(open(f"{CPUACCT}/cpuacct.usage").read()) / 1e9
+    except OSError:
+        return float("nan")
+
+
 def run_json(cmd, **kw):
     """Runs a command that prints one JSON line last; returns it parsed."""
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True, **kw)
+    out = subprocess.run(accounted(cmd), check=True, capture_output=True,
+                         text=True, **kw)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -93,7 +118,8 @@ def humaneval(args):
                     "--output", jobs], check=True)
     n = sum(1 for _ in open(jobs))
     sv_grade = os.path.join(BUILD, "apps", "sv-grade")
-    modes = ["none"] + (["bwrap"] if args.bwrap else [])
+    modes = ([] if args.no_none else ["none"]) + (["bwrap"] if args.bwrap
+                                                  else [])
 
     def floor(conc):
         r = run_json([os.path.join(PEERS, "floor.sh"), jobs, str(conc), PYTHON])
@@ -105,50 +131,72 @@ def humaneval(args):
                       str(conc), "--python", PYTHON])
         return {"per_s": r["per_s"], "reward": r["reward_sum"]}
 
-    def ours(conc, isolation):
+    def ours(conc, isolation, binary=sv_grade, extra=None):
         config = os.path.join(tmp, f"provider-{isolation}.json")
         with open(config, "w") as f:
-            json.dump({"local": {"python": PYTHON, "isolation": isolation}}, f)
+            json.dump({"local": {"python": PYTHON, "isolation": isolation,
+                                 **(extra or {})}}, f)
         summary = os.path.join(tmp, "summary.json")
-        subprocess.run([sv_grade, "--input", jobs, "--output",
+        subprocess.run(accounted([binary, "--input", jobs, "--output",
                         os.path.join(tmp, "out.jsonl"), "--concurrency",
                         str(conc), "--provider-config", config,
-                        "--summary-json", summary],
+                        "--summary-json", summary]),
                        check=True, capture_output=True)
         s = json.load(open(summary))
         reward = s["mean_reward"] * s["ok"] if s["mean_reward"] else 0
         return {"per_s": s["per_s"], "reward": reward,
                 "overhead": s["overhead_ms"], "failed": s["failed"]}
 
+    if os.geteuid() == 0:
+        os.makedirs(CPUACCT, exist_ok=True)
     results = {}
-    for conc in (2, 4):
+    for conc in args.concurrency or (2, 4):
         programs = [("floor", lambda c=conc: floor(c))]
-        programs += [(f"sv-grade ({m})", lambda c=conc, m=m: ours(c, m))
-                     for m in modes]
+        for m in modes:
+            if args.baseline:
+                programs.append((f"sv-grade before ({m})",
+                                 lambda c=conc, m=m: ours(c, m,
+                                                          args.baseline)))
+            programs.append((f"sv-grade ({m})", lambda c=conc, m=m: ours(c, m)))
+            for w in args.warm_pool or []:
+                programs.append((f"sv-grade ({m}, warm_pool {w})",
+                                 lambda c=conc, m=m, w=w:
+                                 ours(c, m, extra={"warm_pool": w})))
         programs += [("py asyncio peer", lambda c=conc: peer(c))]
         samples = {name: [] for name, _ in programs}
         for _ in range(args.rounds):
             for name, run in programs:
-                samples[name].append(run())
+                load = os.getloadavg()[0]
+                cpu0 = cpu_used_s()
+                sample = run()
+                sample["load"] = load
+                sample["cpu_ms_per_job"] = (cpu_used_s() - cpu0) * 1000 / n
+                samples[name].append(sample)
         results[conc] = samples
 
     print(f"HumanEval, {n} jobs (canonical and broken alternating), "
           f"{args.rounds} rounds alternating, medians\n")
-    print("| concurrency | program | jobs/s | × floor | reward sum |")
-    print("|---|---|---|---|---|")
+    print("| concurrency | program | jobs/s | × floor | reward sum | load "
+          "| CPU ms/job | floor CPU / CPU |")
+    print("|---|---|---|---|---|---|---|---|")
     for conc, samples in results.items():
         floor_rate = median([x["per_s"] for x in samples["floor"]])
+        floor_cpu = median([x["cpu_ms_per_job"] for x in samples["floor"]])
         for name, xs in samples.items():
             rate = median([x["per_s"] for x in xs])
             reward = median([x["reward"] for x in xs])
+            load = median([x["load"] for x in xs])
+            cpu = median([x["cpu_ms_per_job"] for x in xs])
             print(f"| {conc} | {name} | {rate:.1f} | {rate / floor_rate:.3f} "
-                  f"| {reward:g} |")
-    for mode in modes:
-        xs = results[4][f"sv-grade ({mode})"]
+                  f"| {reward:g} | {load:.1f} | {cpu:.1f} "
+                  f"| {floor_cpu / cpu:.3f} |")
+    last = max(results)
+    for name in [n for n in results[last] if n.startswith("sv-grade")]:
+        xs = results[last][name]
         p50 = median([x["overhead"]["p50"] for x in xs])
         p99 = median([x["overhead"]["p99"] for x in xs])
-        print(f"\nsv-grade ({mode}) orchestration overhead (total - exec) at "
-              f"concurrency 4: p50 {p50:.2f} ms, p99 {p99:.2f} ms")
+        print(f"\n{name} orchestration overhead (total - exec) at "
+              f"concurrency {last}: p50 {p50:.2f} ms, p99 {p99:.2f} ms")
 
 
 def main():
@@ -159,6 +207,15 @@ def main():
     ap.add_argument("--count", type=int, default=100000)
     ap.add_argument("--bwrap", action="store_true",
                     help="humaneval: also sv-grade with bubblewrap isolation")
+    ap.add_argument("--warm-pool", type=int, action="append", metavar="N",
+                    help="humaneval: also sv-grade with this warm_pool "
+                         "(repeatable)")
+    ap.add_argument("--concurrency", type=int, action="append",
+                    help="humaneval: only these concurrencies (default 2, 4)")
+    ap.add_argument("--no-none", action="store_true",
+                    help="humaneval: leave out isolation none")
+    ap.add_argument("--baseline", metavar="SV_GRADE",
+                    help="humaneval: also this sv-grade binary (before)")
     args = ap.parse_args()
     {"orchestration": orchestration, "humaneval": humaneval}[args.what](args)
 

@@ -72,6 +72,14 @@ struct local_provider_config {
   /// The cgroup, below each v1 hierarchy's root, that holds the sandboxes'.
   std::string cgroup_parent = "sv-sandboxes";
 
+  // -- the warm pool ---------------------------------------------------------
+
+  /// Most sandboxes of one shape (disk, memory, cpu) prepared ahead of
+  /// demand (directory, tmpfs, cgroups, uid), on the I/O threads; how many
+  /// follows the rate of creates of that shape. Each is still used for
+  /// exactly one sandbox and removed at its stop. 0 turns the pool off.
+  uint64_t warm_pool = 4;
+
   // -- failed stops ----------------------------------------------------------
 
   /// Tries of a failed stop in all (the first included); then it is logged
@@ -95,6 +103,15 @@ struct local_registry_stats {
   uint64_t known = 0;
   /// Of those, the ones whose last stop failed.
   uint64_t stop_failed = 0;
+  /// Creates served from the warm pool, and the ones that found it empty
+  /// (both 0 with `warm_pool` 0).
+  uint64_t pool_hits = 0;
+  uint64_t pool_misses = 0;
+  /// Pooled sandboxes found dead or dirty when taken, destroyed instead.
+  uint64_t pool_discarded = 0;
+  /// Sandboxes prepared for the pool so far, and ready in it now.
+  uint64_t pool_prepared = 0;
+  uint64_t pooled = 0;
 };
 
 /// The sandboxes of the local provider and the I/O threads that serve them

@@ -58,7 +58,7 @@ TEST_CASE("local provider settings are strict") {
     "hide_paths, max_processes, max_log_bytes, "
     "default_memory_mib, default_disk_mib, sandbox_nice, uid_base, "
     "uid_count, cgroup_parent, allow_user_namespaces, stop_attempts, "
-    "stop_retry_ms)");
+    "stop_retry_ms, warm_pool)");
   CHECK_THROWS_AS(parse_local_provider_config(json{{"io_threads", 0}}),
                   json_error);
   CHECK_THROWS_AS(parse_local_provider_config(json{{"python", ""}}),
@@ -189,4 +189,16 @@ TEST_CASE("actors spawned from one prepared backend share its sandboxes") {
   backend->shut_down();
   CHECK(processes_with_env_prefix(own_marker_prefix()).empty());
   CHECK(!std::filesystem::exists(root.path + "/" + h.sandbox_id));
+}
+
+TEST_CASE("warm_pool is a count from 0 (off) to 64") {
+  CHECK(parse_local_provider_config(json::object()).warm_pool == 4);
+  CHECK(parse_local_provider_config(json{{"warm_pool", 0}}).warm_pool == 0);
+  CHECK(parse_local_provider_config(json{{"warm_pool", 64}}).warm_pool == 64);
+  CHECK_THROWS_WITH(parse_local_provider_config(json{{"warm_pool", 65}}),
+                    "warm_pool: expected an integer in [0, 64]");
+  CHECK_THROWS_AS(parse_local_provider_config(json{{"warm_pool", -1}}),
+                  json_error);
+  CHECK_THROWS_AS(parse_local_provider_config(json{{"warm_pool", "2"}}),
+                  json_error);
 }

@@ -116,7 +116,8 @@ local_provider_config parse_local_provider_config(const json& settings) {
                 "isolation", "hide_paths", "max_processes", "max_log_bytes",
                 "default_memory_mib", "default_disk_mib", "sandbox_nice",
                 "uid_base", "uid_count", "cgroup_parent",
-                "allow_user_namespaces", "stop_attempts", "stop_retry_ms"});
+                "allow_user_namespaces", "stop_attempts", "stop_retry_ms",
+                "warm_pool"});
   read_field(settings, "root",
              [&](const json& v) { cfg.root = read_string(v, "root", true); });
   read_field(settings, "python", [&](const json& v) {
@@ -135,6 +136,9 @@ local_provider_config parse_local_provider_config(const json& settings) {
   read_field(settings, "stop_retry_ms", [&](const json& v) {
     cfg.stop_retry_delay =
       std::chrono::milliseconds{read_count(v, "stop_retry_ms", 1, 3600 * 1000)};
+  });
+  read_field(settings, "warm_pool", [&](const json& v) {
+    cfg.warm_pool = read_count(v, "warm_pool", 0, 64);
   });
   read_limits(settings, cfg);
   read_isolation(settings, cfg);

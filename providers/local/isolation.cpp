@@ -344,12 +344,15 @@ bwrap_argv bwrap_command(const isolation_settings& s,
                          const std::string& workdir, const std::string& cwd,
                          int64_t uid, const std::vector<std::string>& argv,
                          const std::map<std::string, std::string>& env,
-                         bool scratch) {
-  std::vector<std::string> out{
-    s.bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
-    "--unshare-cgroup-try", "--hostname", "sandbox", "--die-with-parent",
-    // No TIOCSTI into the service's terminal.
-    "--new-session"};
+                         bool scratch, bool own_netns) {
+  std::vector<std::string> out{s.bwrap, "--unshare-pid"};
+  // Unless the launcher entered the sandbox's own empty one already.
+  if (!own_netns)
+    out.push_back("--unshare-net");
+  add(out, {"--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+            "--hostname", "sandbox", "--die-with-parent",
+            // No TIOCSTI into the service's terminal.
+            "--new-session"});
   if (!host_dir.empty())
     add(out, {"--json-status-fd", "3"});
   if (s.seccomp)

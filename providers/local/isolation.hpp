@@ -87,12 +87,14 @@ struct bwrap_argv {
 /// subdirectory `cwd`, as `uid` (-1: the service's). bwrap writes its
 /// status to fd 3 and reads the seccomp program from fd 4. The command gets
 /// exactly `env`. With `scratch`, `<host_dir>.tmp` and `<host_dir>.shm`
-/// become its /tmp and /dev/shm.
+/// become its /tmp and /dev/shm. With `own_netns`, bwrap runs in the
+/// network namespace its launcher entered (the sandbox's own, empty) and
+/// makes none.
 bwrap_argv bwrap_command(const isolation_settings& s,
                          const std::string& host_dir,
                          const std::string& workdir, const std::string& cwd,
                          int64_t uid, const std::vector<std::string>& argv,
                          const std::map<std::string, std::string>& env,
-                         bool scratch = false);
+                         bool scratch = false, bool own_netns = false);
 
 } // namespace sv::detail

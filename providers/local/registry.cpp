@@ -9,10 +9,12 @@
 #include "providers/local/sandbox/lifecycle.hpp"
 #include "providers/local/sandbox/sandbox.hpp"
 
+#include <algorithm>
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/post.hpp>
 #include <cerrno>
+#include <cmath>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -73,7 +75,8 @@ caf::expected<T> guarded(F&& f) {
 
 struct local_registry::impl {
   explicit impl(detail::registry_settings settings)
-      : cfg(std::move(settings)), work(asio::make_work_guard(io)) {
+      : cfg(std::move(settings)), work(asio::make_work_guard(io)),
+        pool_timer(io) {
     exec_cfg.python_name = cfg.python_name;
     exec_cfg.python_path = cfg.python_path;
     exec_cfg.isolation = cfg.isolation;
@@ -99,10 +102,31 @@ struct local_registry::impl {
   std::deque<std::string> tombstone_order;
   uint64_t next_sandbox = 1;
   uint64_t next_exec = 1;
+  /// Creates posted and not answered yet.
+  size_t creating = 0;
   std::mt19937_64 rng{std::random_device{}()};
   local_registry_stats counters;
   bool shutting_down = false;
   bool shut_down = false;
+
+  // -- the warm pool, guarded by mtx -----------------------------------------
+
+  /// Sandboxes of one shape prepared ahead of demand.
+  struct pool_slot {
+    /// Ready, never handed out, oldest first.
+    std::deque<std::shared_ptr<local_sandbox>> ready;
+    /// Preparations posted and not finished.
+    size_t preparing = 0;
+    /// Creates of this shape in the current tick, and their rate (per
+    /// tick, decaying).
+    uint64_t creates = 0;
+    double rate = 0;
+  };
+  std::map<detail::sandbox_shape, pool_slot> pool;
+  /// Ticks while the pool holds or prepares anything: rates decay, and a
+  /// shape nobody creates any more is drained.
+  asio::steady_timer pool_timer;
+  bool pool_timer_armed = false;
 
   // -- the registry ----------------------------------------------------------
 
@@ -164,11 +188,28 @@ struct local_registry::impl {
       if (shutting_down)
         return unavailable();
     }
+    auto& iso = *cfg.isolation;
     // The file system work happens outside the lock.
     std::shared_ptr<local_sandbox> sb;
     try {
-      sb = detail::make_local_sandbox(*cfg.isolation, root.get(), cfg.root, id,
-                                      spec, asio::make_strand(io));
+      if (auto why = detail::check_workdir(iso, spec.workdir); !why.empty())
+        throw detail::fs_error(provider_errc::invalid_argument, why);
+      auto shape = detail::shape_of(iso, spec);
+      sb = take_pooled(shape);
+      for (int tries = 0; !sb; ++tries) {
+        try {
+          sb = detail::prepare_local_sandbox(iso, root.get(), cfg.root, id,
+                                             shape, asio::make_strand(io));
+        } catch (const std::runtime_error&) {
+          // Pooled sandboxes of other shapes hold uids a create needs:
+          // one of them goes, and the create tries again.
+          auto spare = tries == 0 ? take_any_pooled() : nullptr;
+          if (!spare)
+            throw;
+          destroy_pooled(spare);
+        }
+      }
+      detail::assign_spec(iso, *sb, spec);
     } catch (const detail::fs_error& e) {
       return make_error(e.code(), e.what());
     } catch (const std::exception& e) {
@@ -179,12 +220,12 @@ struct local_registry::impl {
     {
       std::lock_guard<std::mutex> guard{mtx};
       if (!shutting_down && owners.count(owner) > 0) {
-        sandboxes.emplace(id, sb);
+        sandboxes.emplace(sb->id, sb);
         ++counters.created;
         if (spec.ttl_s > 0)
           asio::post(sb->strand,
                      [this, sb, ttl{spec.ttl_s}] { arm_ttl(sb, ttl); });
-        return sandbox_handle{id, "local", ""};
+        return sandbox_handle{sb->id, "local", ""};
       }
     }
     // Shutdown began meanwhile, or the provider that asked is gone: nobody
@@ -192,8 +233,186 @@ struct local_registry::impl {
     if (auto err = detail::teardown_local_sandbox(*sb))
       spdlog::warn("local provider: removing {}, made after its provider "
                    "left: {}",
-                   id, describe(err));
+                   sb->id, describe(err));
     return unavailable();
+  }
+
+  // -- the warm pool ---------------------------------------------------------
+
+  /// How long a pool tick lasts, and how many ticks of creates the pool
+  /// keeps ready for (at least one sandbox while creates come).
+  static constexpr std::chrono::milliseconds pool_tick{250};
+  static constexpr double pool_lead_ticks = 0.5;
+
+  /// Under mtx: how many sandboxes of `slot`'s shape to keep ready.
+  size_t pool_target(const pool_slot& slot) const {
+    auto rate = std::max(slot.rate, static_cast<double>(slot.creates));
+    if (rate <= 0.25)
+      return 0;
+    auto want = static_cast<size_t>(std::ceil(rate * pool_lead_ticks));
+    return std::clamp<size_t>(want, 1, cfg.warm_pool);
+  }
+
+  /// A pooled sandbox of `shape` that is exactly as prepared, or null (a
+  /// miss). Notes the create for the rate and tops the pool up. On an I/O
+  /// thread.
+  std::shared_ptr<local_sandbox> take_pooled(const detail::sandbox_shape& s) {
+    if (cfg.warm_pool == 0)
+      return nullptr;
+    std::unique_lock<std::mutex> guard{mtx};
+    auto& slot = pool[s];
+    ++slot.creates;
+    while (!slot.ready.empty()) {
+      auto sb = std::move(slot.ready.front());
+      slot.ready.pop_front();
+      guard.unlock();
+      // Its own descriptors and files only: nobody else knows it.
+      auto why = detail::check_unused(*cfg.isolation, *sb);
+      if (why.empty()) {
+        guard.lock();
+        ++counters.pool_hits;
+        refill(s, slot);
+        return sb;
+      }
+      spdlog::warn("local provider: pooled sandbox {} discarded: {}", sb->id,
+                   why);
+      destroy_pooled(sb);
+      guard.lock();
+      ++counters.pool_discarded;
+    }
+    ++counters.pool_misses;
+    refill(s, slot);
+    return nullptr;
+  }
+
+  /// Any pooled sandbox (to free what it holds), or null.
+  std::shared_ptr<local_sandbox> take_any_pooled() {
+    std::lock_guard<std::mutex> guard{mtx};
+    for (auto& entry : pool)
+      if (!entry.second.ready.empty()) {
+        auto sb = std::move(entry.second.ready.front());
+        entry.second.ready.pop_front();
+        return sb;
+      }
+    return nullptr;
+  }
+
+  /// Under mtx: posts the preparations that bring `slot` to its target.
+  void refill(const detail::sandbox_shape& shape, pool_slot& slot) {
+    if (shutting_down)
+      return;
+    auto target = pool_target(slot);
+    // Never more than half the uids in use or pooled: a create must find
+    // one (other providers on the host lease from the same range).
+    size_t held = sandboxes.size() + creating;
+    for (auto& entry : pool)
+      held += entry.second.ready.size() + entry.second.preparing;
+    auto& uids = cfg.isolation->uids;
+    auto uid_room = [&] { return !uids || (held + 1) * 2 <= uids->count(); };
+    while (slot.ready.size() + slot.preparing < target && uid_room()) {
+      ++held;
+      ++slot.preparing;
+      auto id = new_id();
+      asio::post(io, [this, shape, id] { prepare_pooled(shape, id); });
+    }
+    arm_pool_timer();
+  }
+
+  /// Prepares one sandbox for the pool (an I/O thread).
+  void prepare_pooled(const detail::sandbox_shape& shape,
+                      const std::string& id) {
+    std::shared_ptr<local_sandbox> sb;
+    try {
+      sb = detail::prepare_local_sandbox(*cfg.isolation, root.get(), cfg.root,
+                                         id, shape, asio::make_strand(io));
+    } catch (const std::exception& e) {
+      spdlog::warn("local provider: cannot prepare a pooled sandbox: {}",
+                   e.what());
+    }
+    std::unique_lock<std::mutex> guard{mtx};
+    auto& slot = pool[shape];
+    --slot.preparing;
+    if (!sb)
+      return;
+    ++counters.pool_prepared;
+    if (!shutting_down && slot.ready.size() < pool_target(slot)) {
+      slot.ready.push_back(std::move(sb));
+      return;
+    }
+    guard.unlock();
+    destroy_pooled(sb);
+  }
+
+  /// Tears down a sandbox that was never handed out; one that does not go
+  /// becomes known as a failed stop (retried, and tried again at shutdown).
+  void destroy_pooled(const std::shared_ptr<local_sandbox>& sb) {
+    sb->torn_down = true;
+    auto err = detail::teardown_local_sandbox(*sb);
+    if (!err)
+      return;
+    std::lock_guard<std::mutex> guard{mtx};
+    ++counters.failed_stops;
+    sb->phase = sandbox_phase::stop_failed;
+    sandboxes.emplace(sb->id, sb);
+    schedule_retry(sb, err);
+  }
+
+  /// Under mtx: ticks the pool while it holds or prepares anything.
+  void arm_pool_timer() {
+    if (pool_timer_armed || shutting_down)
+      return;
+    pool_timer_armed = true;
+    pool_timer.expires_after(pool_tick);
+    pool_timer.async_wait([this](boost::system::error_code ec) {
+      if (!ec)
+        pool_tick_now();
+    });
+  }
+
+  /// One tick: rates decay; what a shape no longer needs is destroyed.
+  void pool_tick_now() {
+    std::vector<std::shared_ptr<local_sandbox>> surplus;
+    {
+      std::lock_guard<std::mutex> guard{mtx};
+      pool_timer_armed = false;
+      if (shutting_down)
+        return;
+      bool busy = false;
+      for (auto i = pool.begin(); i != pool.end();) {
+        auto& slot = i->second;
+        // Halves in about three ticks: an idle shape drains in ~2 s.
+        slot.rate = 0.8 * slot.rate + 0.2 * static_cast<double>(slot.creates);
+        slot.creates = 0;
+        auto target = pool_target(slot);
+        while (slot.ready.size() > target) {
+          surplus.push_back(std::move(slot.ready.back()));
+          slot.ready.pop_back();
+        }
+        if (slot.ready.empty() && slot.preparing == 0 && target == 0) {
+          i = pool.erase(i);
+          continue;
+        }
+        busy = true;
+        ++i;
+      }
+      if (busy)
+        arm_pool_timer();
+    }
+    for (auto& sb : surplus)
+      destroy_pooled(sb);
+  }
+
+  /// Under mtx, at shutdown: takes every pooled sandbox out.
+  std::vector<std::shared_ptr<local_sandbox>> drain_pool() {
+    std::vector<std::shared_ptr<local_sandbox>> out;
+    for (auto& entry : pool)
+      for (auto& sb : entry.second.ready)
+        out.push_back(std::move(sb));
+    for (auto& entry : pool)
+      entry.second.ready.clear();
+    if (pool_timer_armed)
+      pool_timer.cancel();
+    return out;
   }
 
   /// Reaps a sandbox its caller forgot, like a stop call.
@@ -361,11 +580,14 @@ struct local_registry::impl {
 
   void shutdown() {
     std::vector<std::shared_ptr<local_sandbox>> all;
+    std::vector<std::shared_ptr<local_sandbox>> pooled;
     {
       std::lock_guard<std::mutex> guard{mtx};
       if (shut_down || shutting_down)
         return;
       shutting_down = true;
+      // Preparations still running destroy what they make (shutting_down).
+      pooled = drain_pool();
       for (auto& entry : sandboxes)
         if (entry.second->phase != sandbox_phase::stopping) {
           entry.second->phase = sandbox_phase::stopping;
@@ -374,6 +596,8 @@ struct local_registry::impl {
     }
     for (auto& sb : all)
       asio::post(sb->strand, [this, sb] { run_stop(sb); });
+    for (auto& sb : pooled)
+      asio::post(io, [this, sb] { destroy_pooled(sb); });
     // Without the guard, run() returns once the stops and the execs they
     // kill are done.
     work.reset();
@@ -435,10 +659,16 @@ void local_registry::create(uint64_t owner, const sandbox_spec& spec,
       return done(unavailable());
     }
     id = impl_->new_id();
+    ++impl_->creating;
   }
   asio::post(impl_->io,
              [p = impl_.get(), owner, id, spec, done{std::move(done)}] {
-               done(p->make_sandbox(owner, id, spec));
+               auto r = p->make_sandbox(owner, id, spec);
+               {
+                 std::lock_guard<std::mutex> guard{p->mtx};
+                 --p->creating;
+               }
+               done(std::move(r));
              });
 }
 
@@ -507,6 +737,8 @@ local_registry_stats local_registry::stats() const {
   out.known = impl_->sandboxes.size();
   for (auto& entry : impl_->sandboxes)
     out.stop_failed += entry.second->phase == sandbox_phase::stop_failed;
+  for (auto& entry : impl_->pool)
+    out.pooled += entry.second.ready.size();
   return out;
 }
 

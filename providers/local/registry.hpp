@@ -42,6 +42,8 @@ struct registry_settings {
   std::shared_ptr<const isolation_settings> isolation;
   uint32_t stop_attempts = 5;
   std::chrono::milliseconds stop_retry_delay{1000};
+  /// Most pooled sandboxes of one shape; 0: no pool.
+  size_t warm_pool = 0;
   std::function<caf::error(const std::string&)> stop_fault;
 };
 

@@ -46,7 +46,10 @@ class Cluster:
         config = self.path(f"{name}.json")
         root = self.path(f"root-{name}")
         with open(config, "w") as f:
-            json.dump({"local": {"root": root, "isolation": "none"}}, f)
+            # No warm pool: this test reads a node's root as the sandboxes
+            # it runs (pooled ones would be there before and after work).
+            json.dump({"local": {"root": root, "isolation": "none",
+                                 "warm_pool": 0}}, f)
         where = (["--join", join, "--name", name] if join
                  else ["--listen", f"127.0.0.1:{port}"])
         cmd = [self.sv_node, *where,

@@ -228,6 +228,16 @@ std::string sandbox_cgroups::remove() {
   return failed;
 }
 
+std::string sandbox_cgroups::check_unused() const {
+  for (auto& dir : dirs_) {
+    if (::access((dir + "/cgroup.procs").c_str(), R_OK) != 0)
+      return "cgroup " + dir + " is gone";
+    if (!cgroup_processes(dir).empty())
+      return "cgroup " + dir + " holds a process";
+  }
+  return {};
+}
+
 std::string reap_cgroup(const std::string& dir) {
   write_control(dir + "/pids.max", "0");
   if (auto left = kill_members(dir, 20); left > 0)

@@ -77,6 +77,10 @@ public:
   /// Removes the cgroups (they must be empty). Returns what failed, or "".
   std::string remove();
 
+  /// Why the cgroups are not as made (one is gone or holds a process), or
+  /// "".
+  std::string check_unused() const;
+
 private:
   std::vector<std::string> dirs_;
   std::vector<unique_fd> procs_;

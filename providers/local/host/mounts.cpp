@@ -5,13 +5,18 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <dirent.h>
 #include <fcntl.h>
 #include <fstream>
+#include <linux/magic.h>
 #include <sstream>
 #include <stdexcept>
+#include <string_view>
 #include <sys/file.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
+#include <unistd.h>
 
 namespace sv::detail {
 
@@ -100,6 +105,37 @@ std::string remove_sandbox_dir(int root_fd, const std::string& root,
     failed += (failed.empty() ? "cannot remove " : "; cannot remove ") + root +
               "/" + name + ": " + removed;
   return failed;
+}
+
+bool dir_is_empty(int fd) {
+  int copy = ::openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (copy < 0)
+    return false;
+  auto* dir = ::fdopendir(copy);
+  if (dir == nullptr) {
+    ::close(copy);
+    return false;
+  }
+  bool empty = true;
+  while (auto* e = ::readdir(dir)) {
+    std::string_view name{e->d_name};
+    if (name != "." && name != "..") {
+      empty = false;
+      break;
+    }
+  }
+  ::closedir(dir);
+  return empty;
+}
+
+bool is_mount_at(int fd, int parent_fd, const std::string& name) {
+  struct statfs fs;
+  struct stat own, at, parent;
+  return ::fstatfs(fd, &fs) == 0 && fs.f_type == TMPFS_MAGIC &&
+         ::fstat(fd, &own) == 0 && ::fstat(parent_fd, &parent) == 0 &&
+         ::fstatat(parent_fd, name.c_str(), &at, AT_SYMLINK_NOFOLLOW) == 0 &&
+         own.st_dev == at.st_dev && own.st_ino == at.st_ino &&
+         own.st_dev != parent.st_dev;
 }
 
 } // namespace sv::detail

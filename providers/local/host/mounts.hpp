@@ -35,4 +35,11 @@ std::vector<std::string> mounts_below(const std::string& path);
 std::string remove_sandbox_dir(int root_fd, const std::string& root,
                                const std::string& name);
 
+/// Whether the directory open as `fd` holds no entry.
+bool dir_is_empty(int fd);
+
+/// Whether the directory open as `fd` is the root of a tmpfs that is still
+/// mounted at `name` below the directory open as `parent_fd`.
+bool is_mount_at(int fd, int parent_fd, const std::string& name);
+
 } // namespace sv::detail

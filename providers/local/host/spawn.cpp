@@ -35,6 +35,7 @@ struct child_args {
   const std::pair<int, rlim_t>* limits = nullptr;
   size_t limit_count = 0;
   int nice = 0;
+  int netns_fd = -1;
   /// Written by the child when it fails before or at its exec.
   int err = 0;
 };
@@ -69,6 +70,8 @@ int child_main(void* p) {
     ::sigaction(sig, &sa, nullptr);
   }
   if (a->new_process_group && ::setpgid(0, 0) != 0)
+    child_fail(a);
+  if (a->netns_fd >= 0 && ::setns(a->netns_fd, CLONE_NEWNET) != 0)
     child_fail(a);
   // "0" is the writing process: the child joins before it can fork.
   for (size_t i = 0; i < a->cgroup_count; ++i)
@@ -168,6 +171,7 @@ pid_t spawn_process(const spawn_spec& spec, int& err, int* pidfd) {
   a.limits = spec.rlimits.data();
   a.limit_count = spec.rlimits.size();
   a.nice = spec.nice;
+  a.netns_fd = spec.netns_fd;
   child_stack stack;
   if (stack.base == MAP_FAILED) {
     err = errno;

@@ -42,6 +42,8 @@ struct spawn_spec {
   std::vector<std::pair<int, rlim_t>> rlimits;
   /// Niceness the child sets before its exec (0: unchanged).
   int nice = 0;
+  /// A network namespace the child enters (setns) before its exec, or -1.
+  int netns_fd = -1;
 };
 
 /// Spawns `spec`; returns the pid, or -1 with the errno value in `err` (also

@@ -359,6 +359,8 @@ void start_exec(const std::shared_ptr<local_sandbox>& sb, uint64_t id,
   spec.cgroup_procs_fds = sb->confinement.cgroups.join_fds();
   spec.rlimits = plan.rlimits;
   spec.nice = plan.nice;
+  if (plan.bwrap)
+    spec.netns_fd = sb->confinement.netns.get();
   int err = 0;
   int pidfd = -1;
   auto pid = spawn_process(spec, err, &pidfd);

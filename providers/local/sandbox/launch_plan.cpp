@@ -114,9 +114,9 @@ launch_plan make_launch_plan(const local_sandbox& sb, const exec_request& req,
   if (iso.mode == isolation_mode::bwrap && p.error.empty()) {
     auto argv = std::move(p.argv);
     argv.front() = p.program;
-    auto args =
-      bwrap_command(iso, sb.path, sb.workdir, req.cwd, sb.confinement.uid.uid,
-                    argv, env, sb.confinement.scratch);
+    auto args = bwrap_command(
+      iso, sb.path, sb.workdir, req.cwd, sb.confinement.uid.uid, argv, env,
+      sb.confinement.scratch, static_cast<bool>(sb.confinement.netns));
     // The options (with the command's environment) in a file, not on a
     // command line that anyone on the host may read.
     p.args = args_file(args.options);

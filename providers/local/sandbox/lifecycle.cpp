@@ -2,6 +2,7 @@
 
 #include "messages/errors.hpp"
 #include "providers/local/host/mounts.hpp"
+#include "providers/local/host/netns.hpp"
 #include "providers/local/host/process.hpp"
 #include "providers/local/isolation.hpp"
 #include "providers/local/sandbox/confined_fs.hpp"
@@ -32,19 +33,28 @@ std::string remove_sandbox_dirs(int root_fd, const std::string& root,
 
 } // namespace
 
-std::shared_ptr<local_sandbox>
-make_local_sandbox(const isolation_settings& iso, int root_fd,
-                   const std::string& root, const std::string& id,
-                   const sandbox_spec& spec, io_strand strand) {
-  if (auto why = check_workdir(iso, spec.workdir); !why.empty())
-    throw fs_error(provider_errc::invalid_argument, why);
-  auto path = root + "/" + id;
-  sandbox_confinement conf;
+sandbox_shape shape_of(const isolation_settings& iso,
+                       const sandbox_spec& spec) {
   auto& res = spec.resources;
-  conf.disk_bytes =
+  sandbox_shape out;
+  out.disk_bytes =
     res.disk_gib > 0
       ? static_cast<uint64_t>(std::ceil(res.disk_gib * 1024)) * mib
       : iso.default_disk_mib * mib;
+  out.memory_bytes = res.memory_mib > 0
+                       ? static_cast<uint64_t>(res.memory_mib) * mib
+                       : iso.default_memory_mib * mib;
+  out.cpus = res.cpu;
+  return out;
+}
+
+std::shared_ptr<local_sandbox>
+prepare_local_sandbox(const isolation_settings& iso, int root_fd,
+                      const std::string& root, const std::string& id,
+                      const sandbox_shape& shape, io_strand strand) {
+  auto path = root + "/" + id;
+  sandbox_confinement conf;
+  conf.disk_bytes = shape.disk_bytes;
   if (iso.uids) {
     conf.uid = iso.uids->lease();
     if (conf.uid.uid < 0)
@@ -72,21 +82,21 @@ make_local_sandbox(const isolation_settings& iso, int root_fd,
     }
     cgroup_limits limits;
     limits.max_processes = iso.max_processes;
-    limits.memory_bytes = res.memory_mib > 0
-                            ? static_cast<uint64_t>(res.memory_mib) * mib
-                            : iso.default_memory_mib * mib;
-    limits.cpus = res.cpu;
+    limits.memory_bytes = shape.memory_bytes;
+    limits.cpus = shape.cpus;
     conf.cgroups = sandbox_cgroups{iso.cgroups, id, limits};
+    if (iso.mode == isolation_mode::bwrap && iso.privileged)
+      conf.netns = make_empty_netns();
     unique_fd dir{::openat(root_fd, id.c_str(),
                            O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)};
     if (!dir)
       throw std::runtime_error("cannot open sandbox directory " + path + ": " +
                                std::strerror(errno));
     auto sb = std::make_shared<local_sandbox>(strand, id, path, std::move(dir),
-                                              spec.env);
+                                              env_map{});
     sb->root_fd = root_fd;
     sb->root = root;
-    sb->workdir = iso.mode == isolation_mode::bwrap ? spec.workdir : path;
+    sb->workdir = path;
     sb->confinement = std::move(conf);
     return sb;
   } catch (...) {
@@ -94,6 +104,57 @@ make_local_sandbox(const isolation_settings& iso, int root_fd,
     remove_sandbox_dirs(root_fd, root, id);
     throw;
   }
+}
+
+void assign_spec(const isolation_settings& iso, local_sandbox& sb,
+                 const sandbox_spec& spec) {
+  sb.env = spec.env;
+  sb.workdir = iso.mode == isolation_mode::bwrap ? spec.workdir : sb.path;
+}
+
+std::shared_ptr<local_sandbox>
+make_local_sandbox(const isolation_settings& iso, int root_fd,
+                   const std::string& root, const std::string& id,
+                   const sandbox_spec& spec, io_strand strand) {
+  if (auto why = check_workdir(iso, spec.workdir); !why.empty())
+    throw fs_error(provider_errc::invalid_argument, why);
+  auto sb =
+    prepare_local_sandbox(iso, root_fd, root, id, shape_of(iso, spec), strand);
+  assign_spec(iso, *sb, spec);
+  return sb;
+}
+
+std::string check_unused(const isolation_settings& iso,
+                         const local_sandbox& sb) {
+  auto& conf = sb.confinement;
+  if (!sb.execs.empty() || sb.torn_down)
+    return "it ran a command";
+  if (iso.uids && conf.uid.uid < 0)
+    return "it holds no uid";
+  if (iso.mode == isolation_mode::bwrap && iso.privileged && !conf.netns)
+    return "it has no network namespace";
+  // The directory (and /tmp, /dev/shm): still empty, still the tmpfs
+  // mounted for it at its path.
+  auto check_dir = [&](int fd, const std::string& name) -> std::string {
+    if (!dir_is_empty(fd))
+      return name + " is not empty";
+    if (conf.mounted && !is_mount_at(fd, sb.root_fd, name))
+      return name + " is no longer its tmpfs";
+    return {};
+  };
+  if (auto why = check_dir(sb.dir.get(), sb.id); !why.empty())
+    return why;
+  if (conf.scratch)
+    for (auto* suffix : scratch_suffixes) {
+      auto name = sb.id + suffix;
+      unique_fd fd{::openat(sb.root_fd, name.c_str(),
+                            O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)};
+      if (!fd)
+        return name + " is gone";
+      if (auto why = check_dir(fd.get(), name); !why.empty())
+        return why;
+    }
+  return conf.cgroups.check_unused();
 }
 
 caf::error teardown_local_sandbox(local_sandbox& sb) {
@@ -119,6 +180,8 @@ caf::error teardown_local_sandbox(local_sandbox& sb) {
   // but the uid is gone.
   std::string failed = survivors == 0 ? conf.cgroups.remove() : "";
   sb.dir.reset();
+  // The namespace goes with its last process, or now.
+  conf.netns.reset();
   // Unmounting a tmpfs frees all of it in one step, however many files it
   // holds (at most its nr_inodes): no walk of the tree.
   auto removed = remove_sandbox_dirs(sb.root_fd, sb.root, sb.id);

@@ -37,6 +37,9 @@ struct sandbox_confinement {
   /// the sandbox's /tmp and /dev/shm (sizes: scratch_bytes()).
   bool scratch = false;
   sandbox_cgroups cgroups;
+  /// Its own empty network namespace (bwrap, as root), entered by each
+  /// exec's launcher instead of bwrap making one per exec.
+  unique_fd netns;
 };
 
 /// The host directories (siblings of the sandbox's, in its root) of its
@@ -88,8 +91,9 @@ struct local_sandbox {
   std::string workdir;
   /// The sandbox directory, the base of every confined path walk.
   unique_fd dir;
-  /// Environment from the sandbox spec, applied to every exec.
-  const env_map env;
+  /// Environment from the sandbox spec, applied to every exec (set once,
+  /// before the sandbox is handed out).
+  env_map env;
   /// Serializes everything that happens to this sandbox.
   io_strand strand;
   /// Fires at the sandbox's TTL, when the spec gives one.
