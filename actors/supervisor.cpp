@@ -14,6 +14,13 @@
 // the same way. A verification whose create overran its deadline keeps its
 // create slot (`lingering`) until the provider really answers (`settled`).
 //
+// Stops behind replies: a verification that reports `stopping` has its
+// promise delivered at once but stays in `running` (`replied`), still
+// monitored, until its `settled` (or its down_msg: then the supervisor
+// stops the sandbox itself). It no longer counts as in flight, but as
+// `stopping`, and admission waits while running verifications plus
+// stopping ones fill max_in_flight + max_stopping.
+//
 // Restarts run on a provider restarter (actors/provider_restarter.hpp), off
 // the scheduler threads, with exponential backoff and a limit.
 
@@ -73,6 +80,8 @@ struct running_verification {
   std::string crash;
   /// Stopped by a `cancel` (its client went away), not crashed.
   bool cancelled = false;
+  /// The promise is delivered; the actor is stopping the sandbox.
+  bool replied = false;
 };
 
 struct queued_submission {
@@ -105,6 +114,7 @@ struct supervisor_state {
   size_t max_in_flight = 0;
   size_t max_queue = 0;
   size_t max_creating = 0;
+  size_t max_stopping = 0;
   std::shared_ptr<const verification_settings> settings;
   std::unordered_map<caf::actor_addr, running_verification> running;
   /// Verifications that replied `pending`: each holds a create slot until
@@ -113,6 +123,8 @@ struct supervisor_state {
   std::deque<queued_submission> queue;
   std::vector<orphan_sandbox> orphans;
   size_t creating = 0;
+  /// Entries of `running` that replied and are stopping their sandbox.
+  size_t stopping = 0;
   supervisor_stats stats;
 
   // -- restarts --
@@ -166,7 +178,8 @@ void deliver(self_ptr self, outcome_promise& promise,
 
 bool has_slot(self_ptr self) {
   auto& st = self->state;
-  return st.provider_alive && st.running.size() < st.max_in_flight &&
+  return st.provider_alive && st.running.size() - st.stopping < st.max_in_flight &&
+         st.running.size() < st.max_in_flight + st.max_stopping &&
          st.creating < st.max_creating;
 }
 
@@ -182,8 +195,8 @@ void start(self_ptr self, verification_request&& req, outcome_promise&& rp) {
                        std::move(req), st.provider, st.settings);
   st.running.emplace(child.address(), std::move(entry));
   ++st.creating;
-  st.stats.peak_in_flight =
-    std::max<uint64_t>(st.stats.peak_in_flight, st.running.size());
+  st.stats.peak_in_flight = std::max<uint64_t>(
+    st.stats.peak_in_flight, st.running.size() - st.stopping);
   st.stats.peak_creating =
     std::max<uint64_t>(st.stats.peak_creating, st.creating);
 }
@@ -358,6 +371,20 @@ void schedule_restart(self_ptr self) {
 void on_verification_down(self_ptr self, running_verification& entry,
                           const caf::error& reason) {
   auto& st = self->state;
+  if (entry.replied) {
+    // Died during its stop, after the caller had the outcome: the stop may
+    // or may not have run; stop is idempotent, so do it (once more) here.
+    --st.stopping;
+    ++st.stats.crashed;
+    spdlog::error("verification {} died while stopping its sandbox {}: {}",
+                  entry.id, entry.handle.sandbox_id,
+                  !entry.crash.empty() ? entry.crash
+                  : reason             ? self->system().render(reason)
+                                       : "exited without settling");
+    adopt(self, orphan_sandbox{entry.handle, caf::actor_addr{},
+                               entry.stop_timeout_s});
+    return;
+  }
   if (entry.cancelled) {
     spdlog::info("verification {} cancelled in {}", entry.id,
                  to_string(entry.phase));
@@ -458,7 +485,7 @@ void cancel(self_ptr self, const std::string& id) {
     i = st.queue.erase(i);
   }
   for (auto& [addr, entry] : st.running)
-    if (entry.id == id && !entry.cancelled) {
+    if (entry.id == id && !entry.cancelled && !entry.replied) {
       entry.cancelled = true;
       caf::anon_send_exit(addr, caf::exit_reason::user_shutdown);
     }
@@ -494,17 +521,46 @@ void on_verified(self_ptr self, verification_outcome& out, stop_status how) {
   else
     leave_create_phase(self, entry);
   deliver(self, entry.promise, std::move(out));
-  st.running.erase(i);
+  if (how == stop_status::stopping) {
+    // The sandbox keeps its place until `settled` (or the actor's death).
+    entry.replied = true;
+    ++st.stopping;
+    ++st.stats.stops_after_reply;
+    st.stats.peak_stopping =
+      std::max<uint64_t>(st.stats.peak_stopping, st.stopping);
+  } else {
+    st.running.erase(i);
+  }
   start_queued(self);
 }
 
-/// A lingering verification's late create has finished.
+/// A verification that replied `stopping` has stopped its sandbox.
+void on_stop_settled(self_ptr self, caf::actor_addr addr, stop_status how) {
+  auto& st = self->state;
+  auto i = st.running.find(addr);
+  if (i == st.running.end() || !i->second.replied)
+    return;
+  auto& entry = i->second;
+  if (how == stop_status::handed_over)
+    adopt(self,
+          orphan_sandbox{entry.handle, entry.provider, entry.stop_timeout_s});
+  else
+    count_stop(self, how);
+  st.running.erase(i);
+  --st.stopping;
+  start_queued(self);
+}
+
+/// A lingering verification's late create has finished, or a stop behind
+/// a reply is over.
 void on_settled(self_ptr self, stop_status how) {
   auto& st = self->state;
-  auto i =
-    st.lingering.find(caf::actor_cast<caf::actor_addr>(self->current_sender()));
-  if (i == st.lingering.end())
+  auto addr = caf::actor_cast<caf::actor_addr>(self->current_sender());
+  auto i = st.lingering.find(addr);
+  if (i == st.lingering.end()) {
+    on_stop_settled(self, addr, how);
     return;
+  }
   st.lingering.erase(i);
   --st.creating;
   if (how != stop_status::not_needed)
@@ -541,9 +597,13 @@ supervisor(self_ptr self, provider_actor provider, supervisor_config cfg) {
   st.max_in_flight = cfg.max_in_flight > 0 ? cfg.max_in_flight : 2 * cores;
   st.max_queue = cfg.max_queue;
   st.max_creating = std::max<size_t>(1, cfg.max_creating);
+  st.max_stopping = !cfg.stop_after_reply  ? 0
+                    : cfg.max_stopping > 0 ? cfg.max_stopping
+                                           : st.max_in_flight;
   auto settings = std::make_shared<verification_settings>();
   settings->default_metadata = std::move(cfg.default_metadata);
   settings->parser = cfg.parser ? std::move(cfg.parser) : parse_json_object;
+  settings->stop_after_reply = cfg.stop_after_reply;
   st.settings = std::move(settings);
   st.restart_provider = std::move(cfg.restart_provider);
   st.backoff_min = cfg.restart_backoff_min;
@@ -559,9 +619,10 @@ supervisor(self_ptr self, provider_actor provider, supervisor_config cfg) {
     [=](stats_atom) {
       auto& st = self->state;
       auto stats = st.stats;
-      stats.in_flight = st.running.size();
+      stats.in_flight = st.running.size() - st.stopping;
       stats.queued = st.queue.size();
       stats.creating = st.creating;
+      stats.stopping = st.stopping;
       return stats;
     },
     [=](created_atom, sandbox_handle& handle) {
