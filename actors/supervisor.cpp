@@ -34,10 +34,12 @@
 #include "messages/validation.hpp"
 
 #include <caf/actor_system.hpp>
+#include <caf/scoped_actor.hpp>
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
 #include <caf/typed_response_promise.hpp>
 #include <deque>
+#include <optional>
 #include <spdlog/spdlog.h>
 #include <thread>
 #include <unordered_map>
@@ -178,7 +180,8 @@ void deliver(self_ptr self, outcome_promise& promise,
 
 bool has_slot(self_ptr self) {
   auto& st = self->state;
-  return st.provider_alive && st.running.size() - st.stopping < st.max_in_flight &&
+  return st.provider_alive &&
+         st.running.size() - st.stopping < st.max_in_flight &&
          st.running.size() < st.max_in_flight + st.max_stopping &&
          st.creating < st.max_creating;
 }
@@ -195,8 +198,8 @@ void start(self_ptr self, verification_request&& req, outcome_promise&& rp) {
                        std::move(req), st.provider, st.settings);
   st.running.emplace(child.address(), std::move(entry));
   ++st.creating;
-  st.stats.peak_in_flight = std::max<uint64_t>(
-    st.stats.peak_in_flight, st.running.size() - st.stopping);
+  st.stats.peak_in_flight = std::max<uint64_t>(st.stats.peak_in_flight,
+                                               st.running.size() - st.stopping);
   st.stats.peak_creating =
     std::max<uint64_t>(st.stats.peak_creating, st.creating);
 }
@@ -663,6 +666,27 @@ supervisor_actor spawn_supervisor(caf::actor_system& sys,
                                   supervisor_config cfg) {
   auto hdl = sys.spawn(supervisor, std::move(provider), std::move(cfg));
   return caf::actor_cast<supervisor_actor>(hdl);
+}
+
+bool await_stops(caf::actor_system& sys, const supervisor_actor& sup,
+                 std::chrono::nanoseconds limit) {
+  auto until = std::chrono::steady_clock::now() + limit;
+  caf::scoped_actor self{sys};
+  for (;;) {
+    std::optional<uint64_t> stopping;
+    self->request(sup, std::chrono::seconds{10}, stats_atom::value)
+      .receive([&](supervisor_stats& s) { stopping = s.stopping; },
+               [](caf::error&) {});
+    if (!stopping)
+      return false;
+    if (*stopping == 0)
+      return true;
+    if (std::chrono::steady_clock::now() >= until) {
+      spdlog::warn("{} sandboxes still stopping", *stopping);
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds{2});
+  }
 }
 
 } // namespace sv

@@ -716,21 +716,20 @@ void enter_stop(self_ptr self) {
     report(self, stop_status::stopping);
     st.replied = true;
   }
-  set_deadline(self, seconds(st.req.config.stop_timeout_s),
-               [](self_ptr self) {
-                 stop_failed(self, "no answer within its " +
-                                     format_seconds(
-                                       self->state.req.config.stop_timeout_s) +
-                                     " deadline");
-               });
+  set_deadline(self, seconds(st.req.config.stop_timeout_s), [](self_ptr self) {
+    stop_failed(self, "no answer within its " +
+                        format_seconds(self->state.req.config.stop_timeout_s) +
+                        " deadline");
+  });
   ask(self, stop_atom::value, st.handle)
-    .then(in_state(self, [=](ok_atom) { stop_done(self, stop_status::stopped); }),
-          in_state(self, [=](caf::error& err) {
-            if (provider_is_going(err))
-              stop_done(self, stop_status::handed_over);
-            else
-              stop_failed(self, describe(err));
-          }));
+    .then(
+      in_state(self, [=](ok_atom) { stop_done(self, stop_status::stopped); }),
+      in_state(self, [=](caf::error& err) {
+        if (provider_is_going(err))
+          stop_done(self, stop_status::handed_over);
+        else
+          stop_failed(self, describe(err));
+      }));
 }
 
 behavior verification(self_ptr self, verification_request req,
@@ -743,8 +742,8 @@ behavior verification(self_ptr self, verification_request req,
   st.settings = std::move(cfg);
   st.started = st.state_started = self->clock().now();
   st.outcome.id = st.req.id;
-  st.timer_id = self->new_request_id(caf::message_priority::normal)
-                  .response_id();
+  st.timer_id =
+    self->new_request_id(caf::message_priority::normal).response_id();
   // Stale timers and late replies are normal: logged and dropped, never
   // printed to stdout or answered with an error that kills this actor.
   self->set_default_handler(log_and_drop_unexpected);

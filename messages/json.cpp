@@ -408,10 +408,9 @@ void to_json(json& j, const state_timings& x) {
 }
 
 void from_json(const json& j, state_timings& x) {
-  check_object(
-    j, "timings_ms",
-    {"create", "ready", "upload", "exec", "download", "stop", "total",
-     "stop_after_reply"});
+  check_object(j, "timings_ms",
+               {"create", "ready", "upload", "exec", "download", "stop",
+                "total", "stop_after_reply"});
   x = state_timings();
   field(j, "create", x.create);
   field(j, "ready", x.ready);

@@ -92,9 +92,9 @@ struct matrix_fixture : grading_fixture {
       CHECK(s.stop_failures == (crash_in_stop ? 0u : 1u));
     // Every verification that reached stop replied first and stopped
     // behind its reply; none is left stopping.
-    auto reached_stop = c.creates && c.op != scripted_op::create &&
-                        (c.fault != scripted_fault::crash ||
-                         c.op == scripted_op::stop);
+    auto reached_stop =
+      c.creates && c.op != scripted_op::create &&
+      (c.fault != scripted_fault::crash || c.op == scripted_op::stop);
     CHECK(s.stops_after_reply == (reached_stop ? 1u : 0u));
     CHECK(s.stopping == 0);
     CHECK(s.in_flight == 0);

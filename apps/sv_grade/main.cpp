@@ -238,22 +238,6 @@ std::optional<supervisor_stats> fetch_stats(caf::actor_system& sys,
   return out;
 }
 
-/// Waits (bounded) until no stop behind a reply is outstanding, so the
-/// summary counts every stop and shutdown finds no sandbox mid-stop.
-void await_stops(caf::actor_system& sys, const supervisor_actor& sup) {
-  auto until = std::chrono::steady_clock::now() + std::chrono::seconds{120};
-  for (;;) {
-    auto stats = fetch_stats(sys, sup);
-    if (!stats || stats->stopping == 0)
-      return;
-    if (std::chrono::steady_clock::now() >= until) {
-      spdlog::warn("{} sandboxes still stopping after 120 s", stats->stopping);
-      return;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds{2});
-  }
-}
-
 /// Stops the actors in an order that lets nothing restart: the driver, the
 /// supervisor (awaited, so it cannot build another provider), the providers.
 void shut_down(caf::actor_system& sys, const caf::actor& driver,
@@ -512,7 +496,9 @@ int run(cli_options opts, terminal_bar& bar) {
   auto aborted = !write_ok || writer->unwritten() > 0;
   std::optional<supervisor_stats> stats;
   if (!aborted) {
-    await_stops(sys, supervisor);
+    // The stops behind the last replies: counted in the summary, and none
+    // is cut short by the shutdown.
+    await_stops(sys, supervisor, std::chrono::seconds{120});
     stats = fetch_stats(sys, supervisor);
   }
   json node_table = json::array();
