@@ -139,6 +139,28 @@ std::string make_call_dir(const verification_request& req) {
   return req.work_dir + '/' + name;
 }
 
+/// make_sandbox_spec, moving out of `req` what no later state needs (the
+/// image, metadata, resources and provider options), so an in-flight
+/// verification holds less.
+sandbox_spec take_sandbox_spec(verification_request& req,
+                               const json& default_metadata) {
+  sandbox_spec spec;
+  spec.image = std::move(req.config.image);
+  spec.ready_timeout_s = req.config.ready_timeout_s;
+  spec.ttl_s = req.config.ready_timeout_s + req.exec_timeout_s + ttl_margin_s;
+  spec.env = req.config.env; // exec needs it too
+  spec.metadata =
+    default_metadata.is_object() ? default_metadata : json::object();
+  spec.metadata.update(req.metadata);
+  spec.metadata.update(req.config.metadata);
+  spec.resources = std::move(req.config.resources);
+  spec.provider_options = std::move(req.config.provider_options);
+  req.metadata = nullptr;
+  req.config.metadata = nullptr;
+  req.config.provider_options = nullptr;
+  return spec;
+}
+
 // -- the deadline timer -------------------------------------------------------
 
 void on_timer(self_ptr self);
@@ -159,20 +181,20 @@ void arm(self_ptr self, caf::actor_clock::time_point t) {
   st.armed_at = t;
 }
 
-/// The current state's deadline: `handler` runs `d` from now unless the
+/// The current state's deadline, at `t`: `handler` runs then unless the
 /// state ends first. The timer moves only if it would fire too late.
-void set_deadline(self_ptr self, caf::timespan d, deadline_handler handler) {
+void set_deadline_at(self_ptr self, caf::actor_clock::time_point t,
+                     deadline_handler handler) {
   auto& st = self->state;
-  st.deadline = self->clock().now() + d;
+  st.deadline = t;
   st.on_deadline = handler;
   if (!st.armed || st.deadline < st.armed_at)
     arm(self, st.deadline);
 }
 
-/// Same, at an absolute time.
-void set_deadline_at(self_ptr self, caf::actor_clock::time_point t,
-                     deadline_handler handler) {
-  set_deadline(self, t - self->clock().now(), handler);
+/// The same, `d` after the state began (its request goes out right then).
+void set_deadline(self_ptr self, caf::timespan d, deadline_handler handler) {
+  set_deadline_at(self, self->state.state_started + d, handler);
 }
 
 /// The clock timed the private id out: the state's deadline passed, or the
@@ -202,10 +224,11 @@ auto ask(self_ptr self, Ts&&... xs) {
 
 // -- bookkeeping shared by all states -----------------------------------------
 
-/// Records how long the current state took (download includes parse).
-void finish_state(self_ptr self) {
+/// Records how long the current state took, until `now` (download
+/// includes parse).
+void finish_state(self_ptr self, caf::actor_clock::time_point now) {
   auto& st = self->state;
-  auto elapsed = millis(self->clock().now() - st.state_started);
+  auto elapsed = millis(now - st.state_started);
   auto& t = st.outcome.timings;
   switch (st.current) {
   case verification_state::create:
@@ -235,16 +258,21 @@ void finish_state(self_ptr self) {
   }
 }
 
+void finish_state(self_ptr self) {
+  finish_state(self, self->clock().now());
+}
+
 /// Closes the current state and enters `next` (without a deadline yet).
 void enter(self_ptr self, verification_state next) {
   auto& st = self->state;
-  finish_state(self);
+  auto now = self->clock().now();
+  finish_state(self, now);
   spdlog::debug("verification {}: {} -> {}", st.req.id, to_string(st.current),
                 to_string(next));
   st.current = next;
   ++st.gen;
   st.on_deadline = nullptr;
-  st.state_started = self->clock().now();
+  st.state_started = now;
 }
 
 void enter_stop(self_ptr self);
@@ -322,8 +350,8 @@ void conclude(self_ptr self, stop_status how) {
 /// The stop is over: reported with the outcome, or after it (`settled`).
 void stop_done(self_ptr self, stop_status how) {
   auto& st = self->state;
-  finish_state(self);
   if (!st.replied) {
+    finish_state(self);
     conclude(self, how);
     return;
   }
@@ -404,8 +432,9 @@ void stop_late_sandbox(self_ptr self, sandbox_handle handle) {
                st.req.id, handle.sandbox_id);
   st.stopping_late_sandbox = true;
   ++st.gen;
-  set_deadline(self, seconds(st.req.config.stop_timeout_s),
-               [](self_ptr self) { settle(self, stop_status::failed); });
+  set_deadline_at(self,
+                  self->clock().now() + seconds(st.req.config.stop_timeout_s),
+                  [](self_ptr self) { settle(self, stop_status::failed); });
   ask(self, stop_atom::value, std::move(handle))
     .then(
       in_state(self, [=](ok_atom) { settle(self, stop_status::stopped); }),
@@ -467,7 +496,7 @@ behavior enter_create(self_ptr self) {
   auto ready_timeout = seconds(st.req.config.ready_timeout_s);
   st.ready_deadline = st.state_started + ready_timeout;
   set_deadline(self, ready_timeout, on_create_deadline);
-  auto spec = make_sandbox_spec(st.req, st.settings->default_metadata);
+  auto spec = take_sandbox_spec(st.req, st.settings->default_metadata);
   // The provider counts from the create's arrival, later than now: half the
   // stop deadline of slack keeps its answer inside our patience.
   spec.create_deadline_s =
@@ -768,18 +797,8 @@ behavior verification(self_ptr self, verification_request req,
 
 sandbox_spec make_sandbox_spec(const verification_request& req,
                                const json& default_metadata) {
-  sandbox_spec spec;
-  spec.image = req.config.image;
-  spec.ready_timeout_s = req.config.ready_timeout_s;
-  spec.ttl_s = req.config.ready_timeout_s + req.exec_timeout_s + ttl_margin_s;
-  spec.env = req.config.env;
-  spec.metadata =
-    default_metadata.is_object() ? default_metadata : json::object();
-  spec.metadata.update(req.metadata);
-  spec.metadata.update(req.config.metadata);
-  spec.resources = req.config.resources;
-  spec.provider_options = req.config.provider_options;
-  return spec;
+  auto copy = req;
+  return take_sandbox_spec(copy, default_metadata);
 }
 
 verification_actor
