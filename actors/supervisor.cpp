@@ -127,6 +127,8 @@ struct supervisor_state {
   size_t creating = 0;
   /// Entries of `running` that replied and are stopping their sandbox.
   size_t stopping = 0;
+  /// Stops of orphans in flight (`orphans` holds those waiting).
+  size_t orphan_stops = 0;
   supervisor_stats stats;
 
   // -- restarts --
@@ -238,26 +240,32 @@ void adopt(self_ptr self, orphan_sandbox orphan);
 void stop_orphan(self_ptr self, orphan_sandbox orphan) {
   auto& st = self->state;
   auto via = st.provider.address();
+  ++st.orphan_stops;
   self
     ->request(st.provider, seconds(orphan.stop_timeout_s), stop_atom::value,
               orphan.handle)
-    .then([=](ok_atom) { count_stop(self, stop_status::stopped); },
-          [=](caf::error& err) mutable {
-            if (err == caf::sec::request_receiver_down) {
-              orphan.creator = via;
-              adopt(self, std::move(orphan));
-              return;
-            }
-            if (provider_error_code(err) ==
-                static_cast<uint8_t>(provider_errc::no_such_sandbox)) {
-              // Gone already (the dead provider's teardown removed it).
-              count_stop(self, stop_status::stopped);
-              return;
-            }
-            spdlog::warn("stopping the orphaned sandbox {} failed: {}",
-                         orphan.handle.sandbox_id, describe(err));
-            count_stop(self, stop_status::failed);
-          });
+    .then(
+      [=](ok_atom) {
+        --self->state.orphan_stops;
+        count_stop(self, stop_status::stopped);
+      },
+      [=](caf::error& err) mutable {
+        --self->state.orphan_stops;
+        if (err == caf::sec::request_receiver_down) {
+          orphan.creator = via;
+          adopt(self, std::move(orphan));
+          return;
+        }
+        if (provider_error_code(err) ==
+            static_cast<uint8_t>(provider_errc::no_such_sandbox)) {
+          // Gone already (the dead provider's teardown removed it).
+          count_stop(self, stop_status::stopped);
+          return;
+        }
+        spdlog::warn("stopping the orphaned sandbox {} failed: {}",
+                     orphan.handle.sandbox_id, describe(err));
+        count_stop(self, stop_status::failed);
+      });
 }
 
 /// Takes charge of a sandbox nobody else will stop: now through a live
@@ -626,6 +634,8 @@ supervisor(self_ptr self, provider_actor provider, supervisor_config cfg) {
       stats.queued = st.queue.size();
       stats.creating = st.creating;
       stats.stopping = st.stopping;
+      stats.cleanup_pending =
+        st.orphan_stops + st.orphans.size() + st.lingering.size();
       return stats;
     },
     [=](created_atom, sandbox_handle& handle) {
@@ -675,8 +685,9 @@ bool await_stops(caf::actor_system& sys, const supervisor_actor& sup,
   for (;;) {
     std::optional<uint64_t> stopping;
     self->request(sup, std::chrono::seconds{10}, stats_atom::value)
-      .receive([&](supervisor_stats& s) { stopping = s.stopping; },
-               [](caf::error&) {});
+      .receive(
+        [&](supervisor_stats& s) { stopping = s.stopping + s.cleanup_pending; },
+        [](caf::error&) {});
     if (!stopping)
       return false;
     if (*stopping == 0)

@@ -76,7 +76,8 @@ supervisor_actor spawn_supervisor(caf::actor_system& sys,
                                   supervisor_config cfg = {});
 
 /// Blocks (never on a scheduler thread) until `sup` has no stop behind a
-/// reply outstanding, or `limit` passed, or it does not answer. True when
+/// reply outstanding and nothing else to clean up after one (orphans, late
+/// creates), or `limit` passed, or it does not answer. True when
 /// none is left. For shutdown: the summary then counts every stop, and no
 /// sandbox is mid-stop when its provider goes.
 bool await_stops(caf::actor_system& sys, const supervisor_actor& sup,

@@ -466,7 +466,8 @@ void to_json(json& j, const supervisor_stats& x) {
            {"peak_creating", x.peak_creating},
            {"stopping", x.stopping},
            {"peak_stopping", x.peak_stopping},
-           {"stops_after_reply", x.stops_after_reply}};
+           {"stops_after_reply", x.stops_after_reply},
+           {"cleanup_pending", x.cleanup_pending}};
 }
 
 } // namespace sv

@@ -170,6 +170,10 @@ struct supervisor_stats {
   uint64_t peak_stopping = 0;
   /// Stops that ran after their reply (whatever their result).
   uint64_t stops_after_reply = 0;
+  /// Sandboxes whose end is still to come after their caller's reply, apart
+  /// from `stopping`: orphans the supervisor stops itself (in flight, or
+  /// waiting for a provider) and late creates still awaited.
+  uint64_t cleanup_pending = 0;
 };
 
 // -- inspection ---------------------------------------------------------------
@@ -279,7 +283,7 @@ typename Inspector::result_type inspect(Inspector& f, supervisor_stats& x) {
            x.sandboxes_created, x.sandboxes_stopped, x.stop_failures,
            x.provider_restarts, x.in_flight, x.queued, x.creating,
            x.peak_in_flight, x.peak_creating, x.stopping, x.peak_stopping,
-           x.stops_after_reply);
+           x.stops_after_reply, x.cleanup_pending);
 }
 
 } // namespace sv
