@@ -14,6 +14,13 @@
 // the same way. A verification whose create overran its deadline keeps its
 // create slot (`lingering`) until the provider really answers (`settled`).
 //
+// Stops behind replies: a verification that reports `stopping` has its
+// promise delivered at once but stays in `running` (`replied`), still
+// monitored, until its `settled` (or its down_msg: then the supervisor
+// stops the sandbox itself). It no longer counts as in flight, but as
+// `stopping`, and admission waits while running verifications plus
+// stopping ones fill max_in_flight + max_stopping.
+//
 // Restarts run on a provider restarter (actors/provider_restarter.hpp), off
 // the scheduler threads, with exponential backoff and a limit.
 
@@ -27,10 +34,12 @@
 #include "messages/validation.hpp"
 
 #include <caf/actor_system.hpp>
+#include <caf/scoped_actor.hpp>
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
 #include <caf/typed_response_promise.hpp>
 #include <deque>
+#include <optional>
 #include <spdlog/spdlog.h>
 #include <thread>
 #include <unordered_map>
@@ -77,6 +86,8 @@ struct running_verification {
   /// is the request again, kept only while a retry is possible.
   uint32_t attempts = 1;
   std::shared_ptr<verification_request> retry_copy;
+  /// The promise is delivered; the actor is stopping the sandbox.
+  bool replied = false;
 };
 
 struct queued_submission {
@@ -110,6 +121,7 @@ struct supervisor_state {
   size_t max_in_flight = 0;
   size_t max_queue = 0;
   size_t max_creating = 0;
+  size_t max_stopping = 0;
   std::shared_ptr<const verification_settings> settings;
   std::unordered_map<caf::actor_addr, running_verification> running;
   /// Verifications that replied `pending`: each holds a create slot until
@@ -118,6 +130,10 @@ struct supervisor_state {
   std::deque<queued_submission> queue;
   std::vector<orphan_sandbox> orphans;
   size_t creating = 0;
+  /// Entries of `running` that replied and are stopping their sandbox.
+  size_t stopping = 0;
+  /// Stops of orphans in flight (`orphans` holds those waiting).
+  size_t orphan_stops = 0;
   supervisor_stats stats;
   retry_settings retry;
   retry_budget budget;
@@ -174,7 +190,9 @@ void deliver(self_ptr self, outcome_promise& promise,
 
 bool has_slot(self_ptr self) {
   auto& st = self->state;
-  return st.provider_alive && st.running.size() < st.max_in_flight &&
+  return st.provider_alive &&
+         st.running.size() - st.stopping < st.max_in_flight &&
+         st.running.size() < st.max_in_flight + st.max_stopping &&
          st.creating < st.max_creating;
 }
 
@@ -194,8 +212,8 @@ void start(self_ptr self, verification_request&& req, outcome_promise&& rp,
                        std::move(req), st.provider, st.settings);
   st.running.emplace(child.address(), std::move(entry));
   ++st.creating;
-  st.stats.peak_in_flight =
-    std::max<uint64_t>(st.stats.peak_in_flight, st.running.size());
+  st.stats.peak_in_flight = std::max<uint64_t>(st.stats.peak_in_flight,
+                                               st.running.size() - st.stopping);
   st.stats.peak_creating =
     std::max<uint64_t>(st.stats.peak_creating, st.creating);
 }
@@ -234,26 +252,32 @@ void adopt(self_ptr self, orphan_sandbox orphan);
 void stop_orphan(self_ptr self, orphan_sandbox orphan) {
   auto& st = self->state;
   auto via = st.provider.address();
+  ++st.orphan_stops;
   self
     ->request(st.provider, seconds(orphan.stop_timeout_s), stop_atom::value,
               orphan.handle)
-    .then([=](ok_atom) { count_stop(self, stop_status::stopped); },
-          [=](caf::error& err) mutable {
-            if (err == caf::sec::request_receiver_down) {
-              orphan.creator = via;
-              adopt(self, std::move(orphan));
-              return;
-            }
-            if (provider_error_code(err) ==
-                static_cast<uint8_t>(provider_errc::no_such_sandbox)) {
-              // Gone already (the dead provider's teardown removed it).
-              count_stop(self, stop_status::stopped);
-              return;
-            }
-            spdlog::warn("stopping the orphaned sandbox {} failed: {}",
-                         orphan.handle.sandbox_id, describe(err));
-            count_stop(self, stop_status::failed);
-          });
+    .then(
+      [=](ok_atom) {
+        --self->state.orphan_stops;
+        count_stop(self, stop_status::stopped);
+      },
+      [=](caf::error& err) mutable {
+        --self->state.orphan_stops;
+        if (err == caf::sec::request_receiver_down) {
+          orphan.creator = via;
+          adopt(self, std::move(orphan));
+          return;
+        }
+        if (provider_error_code(err) ==
+            static_cast<uint8_t>(provider_errc::no_such_sandbox)) {
+          // Gone already (the dead provider's teardown removed it).
+          count_stop(self, stop_status::stopped);
+          return;
+        }
+        spdlog::warn("stopping the orphaned sandbox {} failed: {}",
+                     orphan.handle.sandbox_id, describe(err));
+        count_stop(self, stop_status::failed);
+      });
 }
 
 /// Takes charge of a sandbox nobody else will stop: now through a live
@@ -370,6 +394,20 @@ void schedule_restart(self_ptr self) {
 void on_verification_down(self_ptr self, running_verification& entry,
                           const caf::error& reason) {
   auto& st = self->state;
+  if (entry.replied) {
+    // Died during its stop, after the caller had the outcome: the stop may
+    // or may not have run; stop is idempotent, so do it (once more) here.
+    --st.stopping;
+    ++st.stats.crashed;
+    spdlog::error("verification {} died while stopping its sandbox {}: {}",
+                  entry.id, entry.handle.sandbox_id,
+                  !entry.crash.empty() ? entry.crash
+                  : reason             ? self->system().render(reason)
+                                       : "exited without settling");
+    adopt(self, orphan_sandbox{entry.handle, caf::actor_addr{},
+                               entry.stop_timeout_s});
+    return;
+  }
   if (entry.cancelled) {
     spdlog::info("verification {} cancelled in {}", entry.id,
                  to_string(entry.phase));
@@ -473,7 +511,7 @@ void cancel(self_ptr self, const std::string& id) {
     i = st.queue.erase(i);
   }
   for (auto& [addr, entry] : st.running)
-    if (entry.id == id && !entry.cancelled) {
+    if (entry.id == id && !entry.cancelled && !entry.replied) {
       entry.cancelled = true;
       caf::anon_send_exit(addr, caf::exit_reason::user_shutdown);
     }
@@ -495,6 +533,21 @@ bool left_to_lost_node(self_ptr self, const running_verification& entry) {
   auto& st = self->state;
   return st.provider_alive && entry.provider == st.provider.address() &&
          !pinned_node(entry.handle).empty();
+}
+
+/// Counts how a verification's stop ended; a sandbox handed over is
+/// adopted (stopped through the current provider), unless a lost node
+/// keeps it.
+void account_stop(self_ptr self, const running_verification& entry,
+                  stop_status how) {
+  auto& st = self->state;
+  if (how == stop_status::handed_over && left_to_lost_node(self, entry))
+    ++st.stats.sandboxes_left_to_node;
+  else if (how == stop_status::handed_over)
+    adopt(self,
+          orphan_sandbox{entry.handle, entry.provider, entry.stop_timeout_s});
+  else
+    count_stop(self, how);
 }
 
 /// An infrastructure failure after create goes again in a fresh sandbox,
@@ -529,13 +582,7 @@ void on_verified(self_ptr self, verification_outcome& out, stop_status how) {
   if (i == st.running.end())
     return;
   auto& entry = i->second;
-  if (how == stop_status::handed_over && left_to_lost_node(self, entry))
-    ++st.stats.sandboxes_left_to_node;
-  else if (how == stop_status::handed_over)
-    adopt(self,
-          orphan_sandbox{entry.handle, entry.provider, entry.stop_timeout_s});
-  else
-    count_stop(self, how);
+  account_stop(self, entry, how);
   // A verification that came through without a provider fault shows the
   // provider healthy again: the next crash restarts at once.
   if (out.ok || out.failure.kind != failure_kind::provider_unavailable)
@@ -547,19 +594,46 @@ void on_verified(self_ptr self, verification_outcome& out, stop_status how) {
   out.attempts = entry.attempts;
   if (out.node.empty())
     out.node = pinned_node(entry.handle);
+  // A retried submission's promise moves to its new attempt; this entry
+  // stays only while its sandbox is still stopping behind it.
   if (!retried(self, entry, out))
     deliver(self, entry.promise, std::move(out));
-  st.running.erase(i);
+  if (how == stop_status::stopping) {
+    // The sandbox keeps its place until `settled` (or the actor's death).
+    entry.replied = true;
+    entry.retry_copy.reset();
+    ++st.stopping;
+    ++st.stats.stops_after_reply;
+    st.stats.peak_stopping =
+      std::max<uint64_t>(st.stats.peak_stopping, st.stopping);
+  } else {
+    st.running.erase(i);
+  }
   start_queued(self);
 }
 
-/// A lingering verification's late create has finished.
+/// A verification that replied `stopping` has stopped its sandbox.
+void on_stop_settled(self_ptr self, caf::actor_addr addr, stop_status how) {
+  auto& st = self->state;
+  auto i = st.running.find(addr);
+  if (i == st.running.end() || !i->second.replied)
+    return;
+  account_stop(self, i->second, how);
+  st.running.erase(i);
+  --st.stopping;
+  start_queued(self);
+}
+
+/// A lingering verification's late create has finished, or a stop behind
+/// a reply is over.
 void on_settled(self_ptr self, stop_status how) {
   auto& st = self->state;
-  auto i =
-    st.lingering.find(caf::actor_cast<caf::actor_addr>(self->current_sender()));
-  if (i == st.lingering.end())
+  auto addr = caf::actor_cast<caf::actor_addr>(self->current_sender());
+  auto i = st.lingering.find(addr);
+  if (i == st.lingering.end()) {
+    on_stop_settled(self, addr, how);
     return;
+  }
   st.lingering.erase(i);
   --st.creating;
   if (how != stop_status::not_needed)
@@ -596,9 +670,13 @@ supervisor(self_ptr self, provider_actor provider, supervisor_config cfg) {
   st.max_in_flight = cfg.max_in_flight > 0 ? cfg.max_in_flight : 2 * cores;
   st.max_queue = cfg.max_queue;
   st.max_creating = std::max<size_t>(1, cfg.max_creating);
+  st.max_stopping = !cfg.stop_after_reply  ? 0
+                    : cfg.max_stopping > 0 ? cfg.max_stopping
+                                           : st.max_in_flight;
   auto settings = std::make_shared<verification_settings>();
   settings->default_metadata = std::move(cfg.default_metadata);
   settings->parser = cfg.parser ? std::move(cfg.parser) : parse_json_object;
+  settings->stop_after_reply = cfg.stop_after_reply;
   st.settings = std::move(settings);
   st.restart_provider = std::move(cfg.restart_provider);
   st.backoff_min = cfg.restart_backoff_min;
@@ -616,9 +694,12 @@ supervisor(self_ptr self, provider_actor provider, supervisor_config cfg) {
     [=](stats_atom) {
       auto& st = self->state;
       auto stats = st.stats;
-      stats.in_flight = st.running.size();
+      stats.in_flight = st.running.size() - st.stopping;
       stats.queued = st.queue.size();
       stats.creating = st.creating;
+      stats.stopping = st.stopping;
+      stats.cleanup_pending =
+        st.orphan_stops + st.orphans.size() + st.lingering.size();
       return stats;
     },
     [=](created_atom, sandbox_handle& handle) {
@@ -659,6 +740,28 @@ supervisor_actor spawn_supervisor(caf::actor_system& sys,
                                   supervisor_config cfg) {
   auto hdl = sys.spawn(supervisor, std::move(provider), std::move(cfg));
   return caf::actor_cast<supervisor_actor>(hdl);
+}
+
+bool await_stops(caf::actor_system& sys, const supervisor_actor& sup,
+                 std::chrono::nanoseconds limit) {
+  auto until = std::chrono::steady_clock::now() + limit;
+  caf::scoped_actor self{sys};
+  for (;;) {
+    std::optional<uint64_t> stopping;
+    self->request(sup, std::chrono::seconds{10}, stats_atom::value)
+      .receive(
+        [&](supervisor_stats& s) { stopping = s.stopping + s.cleanup_pending; },
+        [](caf::error&) {});
+    if (!stopping)
+      return false;
+    if (*stopping == 0)
+      return true;
+    if (std::chrono::steady_clock::now() >= until) {
+      spdlog::warn("{} sandboxes still stopping", *stopping);
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds{2});
+  }
 }
 
 } // namespace sv

@@ -38,6 +38,14 @@ struct supervisor_config {
   /// Verifications in create or ready at once (bursts of creates are what
   /// collapse real providers).
   size_t max_creating = 16;
+  /// Reply as soon as the outcome is known and stop the sandbox behind the
+  /// reply (still exactly once, owned by its verification actor until the
+  /// stop answers). False: every stop runs before its reply.
+  bool stop_after_reply = true;
+  /// Stops behind replies that may be outstanding before admission waits
+  /// for them: at most max_in_flight + max_stopping sandboxes exist at
+  /// once. 0 means as many as max_in_flight.
+  size_t max_stopping = 0;
   /// The provider block's `default_metadata` (lowest in the merge).
   json default_metadata = json::object();
   /// How `result.json` becomes a result.
@@ -70,5 +78,13 @@ struct supervisor_config {
 supervisor_actor spawn_supervisor(caf::actor_system& sys,
                                   provider_actor provider,
                                   supervisor_config cfg = {});
+
+/// Blocks (never on a scheduler thread) until `sup` has no stop behind a
+/// reply outstanding and nothing else to clean up after one (orphans, late
+/// creates), or `limit` passed, or it does not answer. True when
+/// none is left. For shutdown: the summary then counts every stop, and no
+/// sandbox is mid-stop when its provider goes.
+bool await_stops(caf::actor_system& sys, const supervisor_actor& sup,
+                 std::chrono::nanoseconds limit);
 
 } // namespace sv

@@ -36,6 +36,18 @@
 
 namespace sv {
 
+struct verification_actor_state;
+
+namespace {
+
+using self_ptr = verification_actor::stateful_pointer<verification_actor_state>;
+using behavior = verification_actor::behavior_type;
+
+/// What a state does when its deadline passes.
+using deadline_handler = void (*)(self_ptr);
+
+} // namespace
+
 struct verification_actor_state {
   static inline const char* name = "sv.verification";
 
@@ -48,23 +60,33 @@ struct verification_actor_state {
   /// Bumped whenever the state changes; see `in_state`.
   uint64_t gen = 0;
   bool created = false;
+  /// The outcome went to the supervisor before the stop (`stopping`).
+  bool replied = false;
+  /// The caller has the create timeout; a late sandbox is still expected.
+  bool awaiting_late_create = false;
+  /// A late sandbox came and is being stopped.
+  bool stopping_late_sandbox = false;
   sandbox_handle handle;
   std::string call_dir;
   caf::actor_clock::time_point started;
   caf::actor_clock::time_point state_started;
   caf::actor_clock::time_point ready_deadline;
   caf::timespan poll_delay = first_poll_delay;
-  /// The caller has the create timeout; a late sandbox is still expected.
-  bool awaiting_late_create = false;
-  /// A late sandbox came and is being stopped.
-  bool stopping_late_sandbox = false;
   verification_outcome outcome;
+
+  // -- the one deadline timer (see the top of the file) --
+  /// The current state's deadline and its handler (none between states).
+  caf::actor_clock::time_point deadline;
+  deadline_handler on_deadline = nullptr;
+  /// The private response id the clock times out, and when it is due.
+  caf::message_id timer_id;
+  caf::actor_clock::time_point armed_at;
+  bool armed = false;
+  /// CAF drops a response handler once it ran: re-added before arming.
+  bool timer_handler = false;
 };
 
 namespace {
-
-using self_ptr = verification_actor::stateful_pointer<verification_actor_state>;
-using behavior = verification_actor::behavior_type;
 
 template <class F, class... Ts>
 auto in_state_impl(self_ptr self, uint64_t gen, F f,
@@ -117,12 +139,96 @@ std::string make_call_dir(const verification_request& req) {
   return req.work_dir + '/' + name;
 }
 
+/// make_sandbox_spec, moving out of `req` what no later state needs (the
+/// image, metadata, resources and provider options), so an in-flight
+/// verification holds less.
+sandbox_spec take_sandbox_spec(verification_request& req,
+                               const json& default_metadata) {
+  sandbox_spec spec;
+  spec.image = std::move(req.config.image);
+  spec.ready_timeout_s = req.config.ready_timeout_s;
+  spec.ttl_s = req.config.ready_timeout_s + req.exec_timeout_s + ttl_margin_s;
+  spec.env = req.config.env; // exec needs it too
+  spec.metadata =
+    default_metadata.is_object() ? default_metadata : json::object();
+  spec.metadata.update(req.metadata);
+  spec.metadata.update(req.config.metadata);
+  spec.resources = std::move(req.config.resources);
+  spec.provider_options = std::move(req.config.provider_options);
+  req.metadata = nullptr;
+  req.config.metadata = nullptr;
+  req.config.provider_options = nullptr;
+  return spec;
+}
+
+// -- the deadline timer -------------------------------------------------------
+
+void on_timer(self_ptr self);
+
+/// Makes the clock time out `timer_id` at `t` (and nothing earlier).
+void arm(self_ptr self, caf::actor_clock::time_point t) {
+  auto& st = self->state;
+  auto& clock = self->clock();
+  if (st.armed)
+    clock.cancel_request_timeout(self, st.timer_id);
+  if (!st.timer_handler) {
+    st.timer_handler = true;
+    self->add_multiplexed_response_handler(
+      st.timer_id, caf::behavior{[self](caf::error&) { on_timer(self); }});
+  }
+  clock.set_request_timeout(t, self, st.timer_id);
+  st.armed = true;
+  st.armed_at = t;
+}
+
+/// The current state's deadline, at `t`: `handler` runs then unless the
+/// state ends first. The timer moves only if it would fire too late.
+void set_deadline_at(self_ptr self, caf::actor_clock::time_point t,
+                     deadline_handler handler) {
+  auto& st = self->state;
+  st.deadline = t;
+  st.on_deadline = handler;
+  if (!st.armed || st.deadline < st.armed_at)
+    arm(self, st.deadline);
+}
+
+/// The same, `d` after the state began (its request goes out right then).
+void set_deadline(self_ptr self, caf::timespan d, deadline_handler handler) {
+  set_deadline_at(self, self->state.state_started + d, handler);
+}
+
+/// The clock timed the private id out: the state's deadline passed, or the
+/// timer was armed for an earlier state and moves on to this one's.
+void on_timer(self_ptr self) {
+  auto& st = self->state;
+  st.armed = false;
+  st.timer_handler = false; // CAF removed it
+  if (st.on_deadline == nullptr)
+    return;
+  if (self->clock().now() < st.deadline) {
+    arm(self, st.deadline);
+    return;
+  }
+  auto handler = st.on_deadline;
+  st.on_deadline = nullptr;
+  handler(self);
+}
+
+/// A provider request: no timeout of its own, the state's deadline covers
+/// it (see the top of the file).
+template <class... Ts>
+auto ask(self_ptr self, Ts&&... xs) {
+  return self->request(self->state.provider, caf::infinite,
+                       std::forward<Ts>(xs)...);
+}
+
 // -- bookkeeping shared by all states -----------------------------------------
 
-/// Records how long the current state took (download includes parse).
-void finish_state(self_ptr self) {
+/// Records how long the current state took, until `now` (download
+/// includes parse).
+void finish_state(self_ptr self, caf::actor_clock::time_point now) {
   auto& st = self->state;
-  auto elapsed = millis(self->clock().now() - st.state_started);
+  auto elapsed = millis(now - st.state_started);
   auto& t = st.outcome.timings;
   switch (st.current) {
   case verification_state::create:
@@ -144,22 +250,29 @@ void finish_state(self_ptr self) {
     t.download += elapsed;
     break;
   case verification_state::stop:
-    t.stop = elapsed;
+    if (!st.replied)
+      t.stop = elapsed;
     break;
   default:
     break;
   }
 }
 
-/// Closes the current state and enters `next`.
+void finish_state(self_ptr self) {
+  finish_state(self, self->clock().now());
+}
+
+/// Closes the current state and enters `next` (without a deadline yet).
 void enter(self_ptr self, verification_state next) {
   auto& st = self->state;
-  finish_state(self);
+  auto now = self->clock().now();
+  finish_state(self, now);
   spdlog::debug("verification {}: {} -> {}", st.req.id, to_string(st.current),
                 to_string(next));
   st.current = next;
   ++st.gen;
-  st.state_started = self->clock().now();
+  st.on_deadline = nullptr;
+  st.state_started = now;
 }
 
 void enter_stop(self_ptr self);
@@ -185,14 +298,22 @@ bool provider_is_going(const caf::error& err) {
            static_cast<uint8_t>(provider_errc::unavailable);
 }
 
+/// The current state did not finish within `deadline_s`.
+void fail_deadline(self_ptr self, double deadline_s) {
+  fail(self, failure_kind::provider_unavailable, failure_cause::timeout,
+       std::string{to_string(self->state.current)} +
+         " did not finish within its " + format_seconds(deadline_s) +
+         " deadline");
+}
+
 /// Maps an error of a provider request to provider_unavailable with the
-/// right cause: a deadline, a dead provider, or the provider's own error.
+/// right cause: a dead provider, or the provider's own error. (Deadlines
+/// are the state timer's; a request_timeout can still come from a provider
+/// that forwards a request of its own.)
 void fail_provider(self_ptr self, const caf::error& err, double deadline_s) {
   auto what = to_string(self->state.current);
   if (err == caf::sec::request_timeout) {
-    fail(self, failure_kind::provider_unavailable, failure_cause::timeout,
-         std::string{what} + " did not finish within its " +
-           format_seconds(deadline_s) + " deadline");
+    fail_deadline(self, deadline_s);
   } else if (provider_is_going(err)) {
     // Bounced from a closed mailbox, or failed by a provider on its way out:
     // its down_msg has not reached the supervisor yet. Never stop through
@@ -209,14 +330,33 @@ void fail_provider(self_ptr self, const caf::error& err, double deadline_s) {
 void report(self_ptr self, stop_status how) {
   auto& st = self->state;
   st.outcome.timings.total = millis(self->clock().now() - st.started);
+  st.outcome.timings.stop_after_reply = how == stop_status::stopping;
   self->send(st.parent, verified_atom::value, std::move(st.outcome), how);
+}
+
+/// Nothing after this may act; the actor exits.
+void finish(self_ptr self) {
+  ++self->state.gen;
+  self->state.on_deadline = nullptr;
+  self->quit();
 }
 
 /// Sends the outcome to the supervisor and exits.
 void conclude(self_ptr self, stop_status how) {
-  ++self->state.gen; // nothing after this may act
   report(self, how);
-  self->quit();
+  finish(self);
+}
+
+/// The stop is over: reported with the outcome, or after it (`settled`).
+void stop_done(self_ptr self, stop_status how) {
+  auto& st = self->state;
+  if (!st.replied) {
+    finish_state(self);
+    conclude(self, how);
+    return;
+  }
+  self->send(st.parent, settled_atom::value, how);
+  finish(self);
 }
 
 /// The provider is gone: fail the current state with node_down and leave
@@ -243,8 +383,7 @@ void hand_over(self_ptr self, std::string message) {
 void on_provider_lost(self_ptr self) {
   auto& st = self->state;
   if (st.current == verification_state::stop) {
-    finish_state(self);
-    conclude(self, stop_status::handed_over);
+    stop_done(self, stop_status::handed_over);
     return;
   }
   hand_over(self, std::string{to_string(st.current)} +
@@ -252,30 +391,20 @@ void on_provider_lost(self_ptr self) {
 }
 
 /// The behaviour of a state: what it does on a poll (only while the
-/// generation that scheduled it lasts), on the create + ready deadline (one
-/// timer for both states; the others ignore it), and the shared
-/// provider-lost handler.
-template <class OnPoll, class OnDeadline, class OnLost>
-behavior state_behavior(self_ptr self, OnPoll on_poll, OnDeadline on_deadline,
-                        OnLost on_lost) {
+/// generation that scheduled it lasts) and when the provider is lost.
+template <class OnPoll, class OnLost>
+behavior state_behavior(self_ptr self, OnPoll on_poll, OnLost on_lost) {
   return {[=](provider_lost_atom) { on_lost(); },
           [=](poll_atom, uint64_t gen) {
             if (gen == self->state.gen)
               on_poll();
-          },
-          [=](deadline_atom, uint64_t) { on_deadline(); }};
+          }};
 }
 
-template <class OnPoll, class OnDeadline>
-behavior state_behavior(self_ptr self, OnPoll on_poll, OnDeadline on_deadline) {
-  return state_behavior(self, on_poll, on_deadline,
-                        [=] { on_provider_lost(self); });
-}
-
-/// A state that neither polls nor watches the ready deadline.
+/// A state that does not poll.
 behavior plain_state(self_ptr self) {
-  auto nothing = [] {};
-  return state_behavior(self, nothing, nothing);
+  return state_behavior(
+    self, [] {}, [=] { on_provider_lost(self); });
 }
 
 // -- the states, in order -----------------------------------------------------
@@ -287,14 +416,14 @@ void enter_exec(self_ptr self);
 void enter_download(self_ptr self);
 void parse_result(self_ptr self, const std::string& text);
 
-/// The late create has finished: tell the supervisor (which holds the
-/// create slot until now) and exit.
+/// A lingering verification is done: the late create finished (or never
+/// will), the slot is free.
 void settle(self_ptr self, stop_status how) {
   self->send(self->state.parent, settled_atom::value, how);
-  self->quit();
+  finish(self);
 }
 
-/// A create answered after its deadline: the caller already has the
+/// The create answered after its deadline. The caller already has the
 /// timeout, but the sandbox exists, so stop it (exactly once) and settle.
 void stop_late_sandbox(self_ptr self, sandbox_handle handle) {
   auto& st = self->state;
@@ -302,18 +431,20 @@ void stop_late_sandbox(self_ptr self, sandbox_handle handle) {
                "stopping the late sandbox {}",
                st.req.id, handle.sandbox_id);
   st.stopping_late_sandbox = true;
-  self
-    ->request(st.provider, seconds(st.req.config.stop_timeout_s),
-              stop_atom::value, std::move(handle))
+  ++st.gen;
+  set_deadline_at(self,
+                  self->clock().now() + seconds(st.req.config.stop_timeout_s),
+                  [](self_ptr self) { settle(self, stop_status::failed); });
+  ask(self, stop_atom::value, std::move(handle))
     .then(
       in_state(self, [=](ok_atom) { settle(self, stop_status::stopped); }),
       in_state(self, [=](caf::error&) { settle(self, stop_status::failed); }));
 }
 
 /// The create deadline passed: the caller hears the timeout now; the actor
-/// lingers (bounded by the create request's own timeout) in case the
-/// provider still answers with a sandbox that must be stopped. Until then
-/// the supervisor keeps the create slot taken (`pending`).
+/// lingers (bounded by the create's patience: ready + stop deadline) in
+/// case the provider still answers with a sandbox that must be stopped.
+/// Until then the supervisor keeps the create slot taken (`pending`).
 void on_create_deadline(self_ptr self) {
   auto& st = self->state;
   st.outcome.ok = false;
@@ -327,11 +458,19 @@ void on_create_deadline(self_ptr self) {
   report(self, stop_status::pending);
   ++st.gen;
   st.awaiting_late_create = true;
-  auto nothing = [] {};
-  self->become(state_behavior(self, nothing, nothing, [=] {
-    settle(self, self->state.stopping_late_sandbox ? stop_status::failed
-                                                   : stop_status::not_needed);
-  }));
+  set_deadline_at(self,
+                  st.started + seconds(st.req.config.ready_timeout_s +
+                                       st.req.config.stop_timeout_s),
+                  [](self_ptr self) {
+                    if (!self->state.stopping_late_sandbox)
+                      settle(self, stop_status::not_needed);
+                  });
+  self->become(state_behavior(
+    self, [] {},
+    [=] {
+      settle(self, self->state.stopping_late_sandbox ? stop_status::failed
+                                                     : stop_status::not_needed);
+    }));
 }
 
 void on_created(self_ptr self, sandbox_handle& handle) {
@@ -356,25 +495,26 @@ behavior enter_create(self_ptr self) {
   auto& st = self->state;
   auto ready_timeout = seconds(st.req.config.ready_timeout_s);
   st.ready_deadline = st.state_started + ready_timeout;
-  self->delayed_send(self, ready_timeout, deadline_atom::value, st.gen);
-  auto spec = make_sandbox_spec(st.req, st.settings->default_metadata);
-  auto patience = ready_timeout + seconds(st.req.config.stop_timeout_s);
+  set_deadline(self, ready_timeout, on_create_deadline);
+  auto spec = take_sandbox_spec(st.req, st.settings->default_metadata);
   // The provider counts from the create's arrival, later than now: half the
   // stop deadline of slack keeps its answer inside our patience.
   spec.create_deadline_s =
     st.req.config.ready_timeout_s + st.req.config.stop_timeout_s / 2;
   // Not `in_state`: a sandbox that comes after the deadline is still ours.
-  self->request(st.provider, patience, create_atom::value, std::move(spec))
+  ask(self, create_atom::value, std::move(spec))
     .then([=](sandbox_handle& handle) { on_created(self, handle); },
           [=](caf::error& err) {
             auto& st = self->state;
-            if (st.awaiting_late_create)
-              settle(self, stop_status::not_needed); // nothing came after all
-            else if (st.current == verification_state::create)
+            if (st.awaiting_late_create) {
+              if (!st.stopping_late_sandbox)
+                settle(self, stop_status::not_needed); // nothing came after all
+            } else if (st.current == verification_state::create) {
               fail_provider(self, err, st.req.config.ready_timeout_s);
+            }
           });
-  auto nothing = [] {};
-  return state_behavior(self, nothing, [=] { on_create_deadline(self); });
+  return state_behavior(
+    self, [] {}, [=] { on_provider_lost(self); });
 }
 
 /// The create + ready deadline passed in ready.
@@ -387,8 +527,9 @@ void ready_deadline_passed(self_ptr self) {
 /// ready: poll the status, with backoff, until `running` or the deadline.
 void enter_ready(self_ptr self) {
   enter(self, verification_state::ready);
+  set_deadline_at(self, self->state.ready_deadline, ready_deadline_passed);
   self->become(state_behavior(
-    self, [=] { poll_status(self); }, [=] { ready_deadline_passed(self); }));
+    self, [=] { poll_status(self); }, [=] { on_provider_lost(self); }));
   poll_status(self);
 }
 
@@ -416,12 +557,13 @@ void on_status(self_ptr self, sandbox_status status) {
 
 void poll_status(self_ptr self) {
   auto& st = self->state;
-  auto left = st.ready_deadline - self->clock().now();
-  if (left <= caf::timespan{0}) {
+  if (st.ready_deadline <= self->clock().now()) {
     ready_deadline_passed(self);
     return;
   }
-  self->request(st.provider, left, status_atom::value, st.handle)
+  // A status request is answered or bounced; the ready deadline covers it.
+  // Its generation is the state's: a reply after the next poll still counts.
+  ask(self, status_atom::value, st.handle)
     .then(
       in_state(self, [=](sandbox_status status) { on_status(self, status); }),
       in_state(self, [=](caf::error& err) {
@@ -442,9 +584,10 @@ void enter_upload(self_ptr self) {
   files.emplace(request_file_name, st.req.request.dump());
   st.req.request = nullptr; // the sandbox has it now
   auto timeout = st.req.config.upload_timeout_s;
-  self
-    ->request(st.provider, seconds(timeout), upload_atom::value, st.handle,
-              st.call_dir, std::move(files))
+  set_deadline(self, seconds(timeout), [](self_ptr self) {
+    fail_deadline(self, self->state.req.config.upload_timeout_s);
+  });
+  ask(self, upload_atom::value, st.handle, st.call_dir, std::move(files))
     .then(in_state(self, [=](ok_atom) { enter_exec(self); }),
           in_state(
             self, [=](caf::error& err) { fail_provider(self, err, timeout); }));
@@ -493,10 +636,18 @@ void on_exec_result(self_ptr self, exec_result& res) {
          std::to_string(static_cast<int>(res.error_type)));
 }
 
+/// No report within the exec deadline and its grace: the provider never
+/// said how the runner ended.
+void exec_deadline_passed(self_ptr self) {
+  auto& st = self->state;
+  fail(self, failure_kind::provider_unavailable, failure_cause::timeout,
+       "the provider did not report the runner's end within its " +
+         format_seconds(st.req.exec_timeout_s) + " deadline (+" +
+         format_seconds(st.req.config.exec_grace_s) + " grace)");
+}
+
 /// exec: `<python> sandbox_runner.py request.json result.json`. The provider
-/// kills the runner at exec_timeout_s; the grace covers its report. No
-/// report within both is the provider's fault: it never said how the
-/// runner ended.
+/// kills the runner at exec_timeout_s; the grace covers its report.
 void enter_exec(self_ptr self) {
   enter(self, verification_state::exec);
   self->become(plain_state(self));
@@ -509,21 +660,14 @@ void enter_exec(self_ptr self) {
   cmd.timeout_s = st.req.exec_timeout_s;
   cmd.log_path = st.call_dir + '/' + std::string{runner_log_name};
   auto deadline_s = st.req.exec_timeout_s + st.req.config.exec_grace_s;
-  self
-    ->request(st.provider, seconds(deadline_s), exec_atom::value, st.handle,
-              std::move(cmd))
+  set_deadline(self, seconds(deadline_s), exec_deadline_passed);
+  ask(self, exec_atom::value, st.handle, std::move(cmd))
     .then(in_state(self, [=](exec_result& res) { on_exec_result(self, res); }),
           in_state(self, [=](caf::error& err) {
-            if (err != caf::sec::request_timeout) {
+            if (err == caf::sec::request_timeout)
+              exec_deadline_passed(self);
+            else
               fail_provider(self, err, deadline_s);
-              return;
-            }
-            auto& st = self->state;
-            fail(self, failure_kind::provider_unavailable,
-                 failure_cause::timeout,
-                 "the provider did not report the runner's end within its " +
-                   format_seconds(st.req.exec_timeout_s) + " deadline (+" +
-                   format_seconds(st.req.config.exec_grace_s) + " grace)");
           }));
 }
 
@@ -535,9 +679,10 @@ void enter_download(self_ptr self) {
   auto& st = self->state;
   auto timeout = st.req.config.download_timeout_s;
   auto path = st.call_dir + '/' + std::string{result_file_name};
-  self
-    ->request(st.provider, seconds(timeout), download_atom::value, st.handle,
-              std::move(path))
+  set_deadline(self, seconds(timeout), [](self_ptr self) {
+    fail_deadline(self, self->state.req.config.download_timeout_s);
+  });
+  ask(self, download_atom::value, st.handle, std::move(path))
     .then(in_state(self, [=](std::string& text) { parse_result(self, text); }),
           in_state(self, [=](caf::error& err) {
             switch (static_cast<provider_errc>(provider_error_code(err))) {
@@ -574,9 +719,19 @@ void parse_result(self_ptr self, const std::string& text) {
   enter_stop(self);
 }
 
-/// stop: exactly once when create returned a sandbox, whatever happened. A
-/// stop bounced from a closed mailbox never ran: the supervisor does it
-/// through the replacement.
+/// The stop did not answer within stop_timeout_s (or failed): the outcome
+/// stands, the TTL reaps the sandbox.
+void stop_failed(self_ptr self, const std::string& why) {
+  auto& st = self->state;
+  spdlog::warn("verification {}: stopping sandbox {} failed: {}", st.req.id,
+               st.handle.sandbox_id, why);
+  stop_done(self, stop_status::failed);
+}
+
+/// stop: exactly once when create returned a sandbox, whatever happened.
+/// With `stop_after_reply` the outcome goes out first and the stop finishes
+/// behind it. A stop bounced from a closed mailbox never ran: the
+/// supervisor does it through the replacement.
 void enter_stop(self_ptr self) {
   auto& st = self->state;
   if (!st.created) {
@@ -586,24 +741,24 @@ void enter_stop(self_ptr self) {
   }
   enter(self, verification_state::stop);
   self->become(plain_state(self));
-  auto timeout = st.req.config.stop_timeout_s;
-  self->request(st.provider, seconds(timeout), stop_atom::value, st.handle)
-    .then(in_state(self,
-                   [=](ok_atom) {
-                     finish_state(self);
-                     conclude(self, stop_status::stopped);
-                   }),
-          in_state(self, [=](caf::error& err) {
-            auto& st = self->state;
-            finish_state(self);
-            if (provider_is_going(err)) {
-              conclude(self, stop_status::handed_over);
-              return;
-            }
-            spdlog::warn("verification {}: stopping sandbox {} failed: {}",
-                         st.req.id, st.handle.sandbox_id, describe(err));
-            conclude(self, stop_status::failed);
-          }));
+  if (st.settings->stop_after_reply) {
+    report(self, stop_status::stopping);
+    st.replied = true;
+  }
+  set_deadline(self, seconds(st.req.config.stop_timeout_s), [](self_ptr self) {
+    stop_failed(self, "no answer within its " +
+                        format_seconds(self->state.req.config.stop_timeout_s) +
+                        " deadline");
+  });
+  ask(self, stop_atom::value, st.handle)
+    .then(
+      in_state(self, [=](ok_atom) { stop_done(self, stop_status::stopped); }),
+      in_state(self, [=](caf::error& err) {
+        if (provider_is_going(err))
+          stop_done(self, stop_status::handed_over);
+        else
+          stop_failed(self, describe(err));
+      }));
 }
 
 behavior verification(self_ptr self, verification_request req,
@@ -616,6 +771,8 @@ behavior verification(self_ptr self, verification_request req,
   st.settings = std::move(cfg);
   st.started = st.state_started = self->clock().now();
   st.outcome.id = st.req.id;
+  st.timer_id =
+    self->new_request_id(caf::message_priority::normal).response_id();
   // Stale timers and late replies are normal: logged and dropped, never
   // printed to stdout or answered with an error that kills this actor.
   self->set_default_handler(log_and_drop_unexpected);
@@ -640,18 +797,8 @@ behavior verification(self_ptr self, verification_request req,
 
 sandbox_spec make_sandbox_spec(const verification_request& req,
                                const json& default_metadata) {
-  sandbox_spec spec;
-  spec.image = req.config.image;
-  spec.ready_timeout_s = req.config.ready_timeout_s;
-  spec.ttl_s = req.config.ready_timeout_s + req.exec_timeout_s + ttl_margin_s;
-  spec.env = req.config.env;
-  spec.metadata =
-    default_metadata.is_object() ? default_metadata : json::object();
-  spec.metadata.update(req.metadata);
-  spec.metadata.update(req.config.metadata);
-  spec.resources = req.config.resources;
-  spec.provider_options = req.config.provider_options;
-  return spec;
+  auto copy = req;
+  return take_sandbox_spec(copy, default_metadata);
 }
 
 verification_actor

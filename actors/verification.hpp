@@ -17,6 +17,8 @@ namespace sv {
 struct verification_settings {
   json default_metadata = json::object();
   result_parser parser;
+  /// Report the outcome before the stop (`stopping`, then `settled`).
+  bool stop_after_reply = true;
 };
 
 /// First delay between two status polls; it doubles up to the maximum.

@@ -30,6 +30,10 @@ enum class stop_status : uint8_t {
   /// caller has its failure, the create slot stays taken, and a `settled`
   /// report follows when the provider answers (or dies).
   pending,
+  /// The outcome is final and goes to the caller now; the stop runs behind
+  /// it. A `settled` report follows with what became of the sandbox; until
+  /// then the sandbox holds its place in the supervisor's capacity.
+  stopping,
 };
 
 // -- supervisor -> verification ---------------------------------------------
@@ -40,15 +44,13 @@ using provider_lost_atom = caf::atom_constant<caf::atom("provlost")>;
 
 // -- verification -> itself (timers, tagged with the state's generation) ------
 
-/// Poll the status again (ready).
+/// Poll the status again (ready). (Deadlines are not messages: one
+/// cancellable clock entry per verification, see verification.cpp.)
 using poll_atom = caf::atom_constant<caf::atom("poll")>;
-/// The create + ready deadline.
-using deadline_atom = caf::atom_constant<caf::atom("deadline")>;
 
 using verification_actor =
   caf::typed_actor<caf::reacts_to<provider_lost_atom>,
-                   caf::reacts_to<poll_atom, uint64_t>,
-                   caf::reacts_to<deadline_atom, uint64_t>>;
+                   caf::reacts_to<poll_atom, uint64_t>>;
 
 // -- verification -> supervisor ----------------------------------------------
 
@@ -57,11 +59,13 @@ using created_atom = caf::atom_constant<caf::atom("created")>;
 /// Create and ready are over: the create slot is free again.
 using ready_atom = caf::atom_constant<caf::atom("ready")>;
 /// The terminal outcome and what became of the sandbox. Unless the status
-/// is `pending`, the verification exits right after.
+/// is `pending` or `stopping`, the verification exits right after.
 using verified_atom = caf::atom_constant<caf::atom("verified")>;
 /// After a `pending` verdict: the late create has finished; the status says
 /// what became of the late sandbox (`not_needed`: none came). The create
-/// slot is free again and the verification exits.
+/// slot is free again and the verification exits. After a `stopping`
+/// verdict: the stop is over (`stopped`, `failed` or `handed_over`), the
+/// sandbox's place is free and the verification exits.
 using settled_atom = caf::atom_constant<caf::atom("settled")>;
 /// A handler threw in this state (the what() text); the actor dies next.
 using crashed_atom = caf::atom_constant<caf::atom("crashed")>;

@@ -148,6 +148,9 @@ grader::grader(const json& provider_block, grader_options options)
 
 grader::~grader() {
   auto& st = *state_;
+  // Stops behind the last replies finish first (bounded; the backend's
+  // shutdown removes whatever is left).
+  await_stops(*st.sys, st.supervisor, std::chrono::seconds{10});
   {
     caf::scoped_actor self{*st.sys};
     self->monitor(st.supervisor);

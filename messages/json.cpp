@@ -409,12 +409,14 @@ void to_json(json& j, const state_timings& x) {
   put("download", x.download);
   put("stop", x.stop);
   put("total", x.total);
+  if (x.stop_after_reply)
+    j["stop_after_reply"] = true;
 }
 
 void from_json(const json& j, state_timings& x) {
-  check_object(
-    j, "timings_ms",
-    {"create", "ready", "upload", "exec", "download", "stop", "total"});
+  check_object(j, "timings_ms",
+               {"create", "ready", "upload", "exec", "download", "stop",
+                "total", "stop_after_reply"});
   x = state_timings();
   field(j, "create", x.create);
   field(j, "ready", x.ready);
@@ -423,6 +425,7 @@ void from_json(const json& j, state_timings& x) {
   field(j, "download", x.download);
   field(j, "stop", x.stop);
   field(j, "total", x.total);
+  field(j, "stop_after_reply", x.stop_after_reply);
 }
 
 void to_json(json& j, const verification_outcome& x) {
@@ -478,7 +481,11 @@ void to_json(json& j, const supervisor_stats& x) {
            {"queued", x.queued},
            {"creating", x.creating},
            {"peak_in_flight", x.peak_in_flight},
-           {"peak_creating", x.peak_creating}};
+           {"peak_creating", x.peak_creating},
+           {"stopping", x.stopping},
+           {"peak_stopping", x.peak_stopping},
+           {"stops_after_reply", x.stops_after_reply},
+           {"cleanup_pending", x.cleanup_pending}};
 }
 
 } // namespace sv

@@ -122,7 +122,9 @@ struct verification_failure {
   std::string log_tail;
 };
 
-/// Milliseconds spent per state; negative for a state never entered.
+/// Milliseconds spent per state; negative for a state never entered (or,
+/// for `stop`, not waited for). Every time here is one the caller waited
+/// for: `total` runs from the submission to its reply.
 struct state_timings {
   double create = -1;
   double ready = -1;
@@ -131,6 +133,8 @@ struct state_timings {
   double download = -1;
   double stop = -1;
   double total = 0;
+  /// The stop ran after the reply (its time is in no field here).
+  bool stop_after_reply = false;
 };
 
 /// The one terminal reply of a verification: `ok` with the parsed
@@ -182,6 +186,15 @@ struct supervisor_stats {
   uint64_t peak_in_flight = 0;
   /// The most verifications ever in create or ready at once.
   uint64_t peak_creating = 0;
+  /// Sandboxes being stopped after their reply went out, now and at most.
+  uint64_t stopping = 0;
+  uint64_t peak_stopping = 0;
+  /// Stops that ran after their reply (whatever their result).
+  uint64_t stops_after_reply = 0;
+  /// Sandboxes whose end is still to come after their caller's reply, apart
+  /// from `stopping`: orphans the supervisor stops itself (in flight, or
+  /// waiting for a provider) and late creates still awaited.
+  uint64_t cleanup_pending = 0;
 };
 
 // -- inspection ---------------------------------------------------------------
@@ -275,7 +288,7 @@ typename Inspector::result_type inspect(Inspector& f, verification_failure& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, state_timings& x) {
   return f(caf::meta::type_name("sv::state_timings"), x.create, x.ready,
-           x.upload, x.exec, x.download, x.stop, x.total);
+           x.upload, x.exec, x.download, x.stop, x.total, x.stop_after_reply);
 }
 
 template <class Inspector>
@@ -291,7 +304,8 @@ typename Inspector::result_type inspect(Inspector& f, supervisor_stats& x) {
            x.sandboxes_created, x.sandboxes_stopped, x.stop_failures,
            x.provider_restarts, x.retries, x.retries_denied,
            x.sandboxes_left_to_node, x.in_flight, x.queued, x.creating,
-           x.peak_in_flight, x.peak_creating);
+           x.peak_in_flight, x.peak_creating, x.stopping, x.peak_stopping,
+           x.stops_after_reply, x.cleanup_pending);
 }
 
 } // namespace sv

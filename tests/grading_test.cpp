@@ -56,6 +56,19 @@ struct grading_fixture : fixture {
     REQUIRE(answered);
     return out;
   }
+
+  supervisor_stats stats() {
+    supervisor_stats out;
+    self->request(supervisor, deadline, stats_atom::value)
+      .receive([&](supervisor_stats& x) { out = x; },
+               [&](caf::error& err) { FAIL("no stats: " << describe(err)); });
+    return out;
+  }
+
+  /// The stops run after the replies: waits (bounded) until none is left.
+  bool stops_done() {
+    return eventually([&] { return stats().stopping == 0; });
+  }
 };
 
 bool contains(const std::string& text, const std::string& part) {
@@ -78,7 +91,9 @@ json.dump({"reward": 1.0, "answer": request["question"]}, open(sys.argv[2], "w")
   CHECK_FALSE(out.timings.upload < 0);
   CHECK(out.timings.exec > 0);
   CHECK_FALSE(out.timings.download < 0);
-  CHECK_FALSE(out.timings.stop < 0);
+  // The stop runs after the reply: the caller did not wait for it.
+  CHECK(out.timings.stop < 0);
+  CHECK(out.timings.stop_after_reply);
   CHECK(out.timings.total >= out.timings.exec);
 }
 
@@ -184,6 +199,7 @@ json.dump({"reward": 1.0, "child": child.pid}, open(sys.argv[2], "w"))
   REQUIRE(out.ok);
   auto child = out.result.at("child").get<pid_t>();
   CHECK(child > 0);
+  REQUIRE(f.stops_done()); // the stop runs after the reply
   CHECK_FALSE(process_alive(child));
   CHECK(processes_with_env_prefix(own_marker_prefix()).empty());
 }

@@ -53,7 +53,8 @@ TEST_CASE_METHOD(tapped_fixture, "happy path: create ready upload exec "
   CHECK(out->result == json{{"reward", 1.0}});
   CHECK(out->failure.log_tail.empty());
   CHECK(out->timings.create == 0);
-  CHECK(out->timings.stop == 0);
+  CHECK(out->timings.stop == -1); // after the reply: not waited for
+  CHECK(out->timings.stop_after_reply);
   CHECK_FALSE(take<verification_outcome>().has_value());
   CHECK(ledger->creates() == 1);
   CHECK(ledger->not_stopped_once().empty());
@@ -61,6 +62,8 @@ TEST_CASE_METHOD(tapped_fixture, "happy path: create ready upload exec "
   CHECK(s.succeeded == 1);
   CHECK(s.sandboxes_created == 1);
   CHECK(s.sandboxes_stopped == 1);
+  CHECK(s.stops_after_reply == 1);
+  CHECK(s.stopping == 0);
   CHECK(s.in_flight == 0);
 }
 
@@ -142,17 +145,148 @@ TEST_CASE_METHOD(fixture, "download deadline: download_timeout_s") {
   CHECK(ledger->not_stopped_once().empty());
 }
 
-TEST_CASE_METHOD(fixture, "stop deadline: the outcome stands") {
+TEST_CASE_METHOD(fixture, "stop deadline after the reply: the outcome "
+                          "stands, the failure is counted at stop_timeout_s") {
   start(fault_at(scripted_op::stop, scripted_fault::hang));
+  submit();
+  auto out = reply_now(); // the stop hangs behind the reply
+  CHECK(out.ok);
+  CHECK(out.result == json{{"reward", 1.0}});
+  CHECK(out.timings.stop == -1);
+  CHECK(out.timings.stop_after_reply);
+  CHECK(ledger->stops() == 1);
+  run_for(50s - 1ns);
+  auto s = stats();
+  CHECK(s.stopping == 1);
+  CHECK(s.in_flight == 0);
+  CHECK(s.stop_failures == 0);
+  run_for(1ns);
+  s = stats();
+  CHECK(s.stopping == 0);
+  CHECK(s.stop_failures == 1);
+  CHECK(s.sandboxes_stopped == 0);
+  CHECK(s.stops_after_reply == 1);
+  CHECK_FALSE(take<verification_outcome>().has_value());
+}
+
+TEST_CASE_METHOD(fixture, "stop before the reply (stop_after_reply false): "
+                          "the reply waits for the stop deadline") {
+  supervisor_config cfg;
+  cfg.stop_after_reply = false;
+  start(fault_at(scripted_op::stop, scripted_fault::hang), cfg);
   submit();
   auto out = reply_exactly_at(50s);
   CHECK(out.ok);
   CHECK(out.result == json{{"reward", 1.0}});
   CHECK(out.timings.stop == 50000.0);
+  CHECK_FALSE(out.timings.stop_after_reply);
   CHECK(ledger->stops() == 1);
   auto s = stats();
   CHECK(s.stop_failures == 1);
   CHECK(s.sandboxes_stopped == 0);
+  CHECK(s.stops_after_reply == 0);
+  CHECK(s.peak_stopping == 0);
+}
+
+TEST_CASE_METHOD(tapped_fixture, "the reply goes out before the stop "
+                                 "answers, and the stop still runs once") {
+  start_tapped(fault_at(scripted_op::stop, scripted_fault::delay, 1s));
+  submit();
+  auto out = reply_now();
+  CHECK(out.ok);
+  // The stop was sent, and has not answered yet.
+  CHECK(log->ops.back() == "stop");
+  CHECK(ledger->stops() == 1);
+  auto s = stats();
+  CHECK(s.stopping == 1);
+  CHECK(s.sandboxes_stopped == 0);
+  run_for(1s);
+  s = stats();
+  CHECK(s.stopping == 0);
+  CHECK(s.sandboxes_stopped == 1);
+  CHECK(s.stop_failures == 0);
+  CHECK(ledger->not_stopped_once().empty());
+  CHECK_FALSE(take<verification_outcome>().has_value());
+}
+
+TEST_CASE_METHOD(fixture, "a stop error after the reply is counted as a "
+                          "stop failure") {
+  start(fault_at(scripted_op::stop, scripted_fault::error));
+  submit();
+  CHECK(reply_now().ok);
+  auto s = stats();
+  CHECK(s.stop_failures == 1);
+  CHECK(s.stops_after_reply == 1);
+  CHECK(s.stopping == 0);
+}
+
+TEST_CASE_METHOD(fixture, "stopping sandboxes hold their place: admission "
+                          "waits while max_in_flight + max_stopping are "
+                          "taken") {
+  scripted_script script;
+  // Each of the three stops answers 5 s late.
+  script.steps[scripted_op::stop].assign(
+    3, scripted_step{scripted_fault::delay, 5s, false});
+  supervisor_config cfg;
+  cfg.max_in_flight = 1;
+  cfg.max_stopping = 1;
+  start(std::move(script), cfg);
+  submit(make_request("a"));
+  submit(make_request("b"));
+  submit(make_request("c"));
+  run();
+  // a replied and stops; b ran in the freed slot, replied and stops too;
+  // c waits: two sandboxes exist (1 + 1).
+  auto first = take<verification_outcome>();
+  auto second = take<verification_outcome>();
+  REQUIRE(first.has_value());
+  REQUIRE(second.has_value());
+  CHECK(first->id == "a");
+  CHECK(second->id == "b");
+  CHECK_FALSE(take<verification_outcome>().has_value());
+  auto s = stats();
+  CHECK(s.stopping == 2);
+  CHECK(s.in_flight == 0);
+  CHECK(s.queued == 1);
+  CHECK(ledger->calls(scripted_op::create) == 2);
+  // a's stop answers: c starts, replies, and stops behind its reply.
+  run_for(5s);
+  auto third = take<verification_outcome>();
+  REQUIRE(third.has_value());
+  CHECK(third->id == "c");
+  CHECK(third->ok);
+  run_for(5s);
+  s = stats();
+  CHECK(s.stopping == 0);
+  CHECK(s.peak_stopping == 2);
+  CHECK(s.sandboxes_stopped == 3);
+  CHECK(ledger->not_stopped_once().empty());
+}
+
+TEST_CASE_METHOD(fixture, "a provider death during a stop behind the reply: "
+                          "handed over, stopped once through the "
+                          "replacement") {
+  // The provider dies inside the stop, after the reply went out.
+  start(fault_at(scripted_op::stop, scripted_fault::crash), restarting());
+  submit();
+  auto out = reply_now();
+  CHECK(out.ok); // the outcome before the stop stands
+  CHECK(out.timings.stop_after_reply);
+  run_for(1s);
+  CHECK_FALSE(take<verification_outcome>().has_value());
+  CHECK(ledger->creates() == 1);
+  // The dead provider stopped nothing: the replacement did, once.
+  CHECK(ledger->not_stopped_once().empty());
+  auto s = stats();
+  CHECK(s.provider_restarts == 1);
+  CHECK(s.stopping == 0);
+  CHECK(s.sandboxes_stopped == 1);
+  CHECK(s.stop_failures == 0);
+  CHECK(s.crashed == 0);
+  // Nothing left to happen: past every deadline, still one reply, one stop.
+  run_for(100s);
+  CHECK_FALSE(take<verification_outcome>().has_value());
+  CHECK(stats().sandboxes_stopped == 1);
 }
 
 TEST_CASE_METHOD(fixture, "a reply just inside a deadline is taken") {
@@ -542,4 +676,28 @@ TEST_CASE_METHOD(fixture, "an orphan the replacement does not know is "
   CHECK(s.sandboxes_created == 1);
   CHECK(s.sandboxes_stopped == 1);
   CHECK(s.stop_failures == 0);
+}
+
+TEST_CASE_METHOD(tapped_fixture, "a verification that dies while stopping "
+                                 "behind its reply: the supervisor stops "
+                                 "the sandbox, no second reply") {
+  scripted_script script;
+  script.steps[scripted_op::stop] = {scripted_step{scripted_fault::hang}};
+  start_tapped(std::move(script));
+  submit();
+  CHECK(reply_now().ok);
+  REQUIRE(log->ops.back() == "stop");
+  auto verifier = log->senders.back();
+  REQUIRE(verifier);
+  caf::anon_send_exit(verifier, caf::exit_reason::kill);
+  run();
+  CHECK_FALSE(take<verification_outcome>().has_value());
+  auto s = stats();
+  CHECK(s.stopping == 0);
+  CHECK(s.crashed == 1);
+  CHECK(s.sandboxes_stopped == 1);
+  // Two stop calls: the dead verification's (hung: it may have run) and the
+  // supervisor's (stop is idempotent).
+  CHECK(ledger->stops() == 2);
+  CHECK(ledger->live() == 0);
 }

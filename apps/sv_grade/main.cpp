@@ -528,8 +528,12 @@ int run(cli_options opts, terminal_bar& bar) {
   auto wall_s = writer->elapsed_s();
   auto aborted = !write_ok || writer->unwritten() > 0;
   std::optional<supervisor_stats> stats;
-  if (!aborted)
+  if (!aborted) {
+    // The stops behind the last replies: counted in the summary, and none
+    // is cut short by the shutdown.
+    await_stops(sys, supervisor, std::chrono::seconds{120});
     stats = fetch_stats(sys, supervisor);
+  }
   json node_table = json::array();
   if (nodes)
     node_table = nodes_stats(sys, provider);

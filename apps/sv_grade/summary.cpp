@@ -183,6 +183,11 @@ std::string batch_summary::render(double wall_s) const {
       out += "  retries      " + std::to_string(s.retries) +
              " (infrastructure failures graded again in a fresh sandbox), " +
              std::to_string(s.retries_denied) + " refused by the budget\n";
+    if (s.stops_after_reply > 0 || s.stopping > 0)
+      out += "  stops        after the reply " +
+             std::to_string(s.stops_after_reply) + " (at most " +
+             std::to_string(s.peak_stopping) + " at once, " +
+             std::to_string(s.stopping) + " still stopping)\n";
     if (s.crashed > 0 || s.provider_restarts > 0)
       out += "  incidents    crashed verifications " +
              std::to_string(s.crashed) + ", provider restarts " +

@@ -338,6 +338,7 @@ int run(const cli_options& opts) {
   auto sig = serve::run_server(sopts, ctx);
   // Nothing can restart a provider once the supervisor is gone; its exit
   // stops the sandboxes it still knows of, the backend the rest.
+  await_stops(sys, supervisor, std::chrono::seconds{30});
   {
     caf::scoped_actor self{sys};
     self->monitor(supervisor);

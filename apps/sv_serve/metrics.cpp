@@ -131,6 +131,12 @@ metrics::render(const std::optional<supervisor_stats>& stats) const {
     gauge(out, "sv_stop_failures_total", "counter",
           "Stops that failed (the provider's TTL reaps those).",
           s.stop_failures);
+    gauge(out, "sv_sandboxes_stopping", "gauge",
+          "Sandboxes being stopped after their reply went out.", s.stopping);
+    gauge(out, "sv_stops_after_reply_total", "counter",
+          "Stops that ran after their reply (failures are also in "
+          "sv_stop_failures_total).",
+          s.stops_after_reply);
     gauge(out, "sv_provider_restarts_total", "counter",
           "Providers replaced after they died.", s.provider_restarts);
   }

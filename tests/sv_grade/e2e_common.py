@@ -11,7 +11,9 @@ import tempfile
 
 OUTPUT_KEYS = {"id", "ok", "mask_sample", "result", "failure", "timings_ms",
                "attempts", "line"}
-STATE_KEYS = {"create", "ready", "upload", "exec", "download", "stop", "total"}
+# The states the caller waited for; the stop runs after the reply by default
+# (then "stop" is absent and "stop_after_reply" is true).
+STATE_KEYS = {"create", "ready", "upload", "exec", "download", "total"}
 
 
 class Env:

@@ -21,6 +21,8 @@ def check_line(out, expected_reward):
           f"{out['id']}: status {result['status']}")
     check(result["task_id"] == out["id"].split("#")[0], f"{out['id']}: task")
     timings = out["timings_ms"]
+    check(timings.pop("stop_after_reply", None) is True,
+          f"{out['id']}: the stop ran after the reply: {timings}")
     check(set(timings) == STATE_KEYS, f"{out['id']}: timings {timings}")
     check(all(isinstance(v, (int, float)) and v >= 0
               for v in timings.values()), f"{out['id']}: timings {timings}")
