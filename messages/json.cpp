@@ -239,7 +239,8 @@ void from_json(const json& j, sandbox_spec& x) {
                 "metadata", "resources", "provider_options"});
   x = sandbox_spec();
   field(j, "image", x.image);
-  if (field(j, "ttl_s", x.ttl_s))
+  // 0 (what to_json writes for an unset TTL) is the provider's default.
+  if (field(j, "ttl_s", x.ttl_s) && x.ttl_s != 0)
     check_timeout("ttl_s", x.ttl_s);
   if (field(j, "ready_timeout_s", x.ready_timeout_s))
     check_timeout("ready_timeout_s", x.ready_timeout_s);

@@ -123,6 +123,12 @@ TEST_CASE("sandbox types survive a JSON round trip") {
   spec.resources.gpu = 1;
   spec.resources.gpu_type = "a100";
   CHECK(json(json_round_trip(spec)) == json(spec));
+  // An unset TTL (0: the provider's default) comes back as it went out;
+  // a negative one is refused by name.
+  sandbox_spec unset;
+  CHECK(json_round_trip(unset).ttl_s == 0);
+  CHECK_THROWS_WITH(json({{"ttl_s", -1}}).get<sandbox_spec>(),
+                    Catch::Contains("ttl_s"));
   sandbox_handle h{"sb-1", "local", "opaque"};
   CHECK(json(json_round_trip(h)) == json(h));
   exec_request cmd{{"python3", "r.py"}, "calls/x", {{"A", "1"}}, 5, "log"};
