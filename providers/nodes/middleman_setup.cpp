@@ -1,5 +1,7 @@
 #include "providers/nodes/middleman_setup.hpp"
 
+#include "providers/nodes/openssl_error_queue.hpp"
+
 #include <caf/actor_system_config.hpp>
 #include <caf/io/middleman.hpp>
 #include <caf/openssl/manager.hpp>
@@ -34,6 +36,12 @@ void configure_middleman(caf::actor_system_config& cfg, const tls_files& tls) {
   require_readable("certificate", tls.cert);
   require_readable("key", tls.key);
   require_readable("CA", tls.ca);
+  // Without it one peer's failed handshake closes every other TLS
+  // connection of this process (openssl_error_queue.cpp).
+  if (!openssl_error_queue_fix_active())
+    throw std::runtime_error(
+      "TLS: the OpenSSL error-queue fix is not linked into this program "
+      "(providers/nodes/openssl_error_queue.cpp)");
   cfg.openssl_certificate = tls.cert;
   cfg.openssl_key = tls.key;
   cfg.openssl_cafile = tls.ca;
