@@ -365,6 +365,8 @@ void conclude(self_ptr self, stop_status how) {
   finish(self);
 }
 
+void settle(self_ptr self, stop_status how);
+
 /// The stop is over: reported with the outcome, or after it (`settled`).
 void stop_done(self_ptr self, stop_status how) {
   auto& st = self->state;
@@ -373,8 +375,7 @@ void stop_done(self_ptr self, stop_status how) {
     conclude(self, how);
     return;
   }
-  self->send(st.parent, settled_atom::value, how);
-  finish(self);
+  settle(self, how);
 }
 
 /// The provider is gone: fail the current state with node_down and leave
@@ -435,10 +436,12 @@ void enter_download(self_ptr self);
 void parse_result(self_ptr self, const std::string& text);
 
 /// A lingering verification is done: the late create finished (or never
-/// will), the slot is free.
+/// will), the slot is free; or the stop behind a reply is over. The actor
+/// exits with the status as its reason (`settled_reason`).
 void settle(self_ptr self, stop_status how) {
-  self->send(self->state.parent, settled_atom::value, how);
-  finish(self);
+  ++self->state.gen;
+  self->state.on_deadline = nullptr;
+  self->quit(settled_reason(how)); // the supervisor's down message says it
 }
 
 /// The create answered after its deadline. The caller already has the
