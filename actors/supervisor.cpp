@@ -16,10 +16,10 @@
 //
 // Stops behind replies: a verification that reports `stopping` has its
 // promise delivered at once but stays in `running` (`replied`), still
-// monitored, until its `settled` (or its down_msg: then the supervisor
-// stops the sandbox itself). It no longer counts as in flight, but as
-// `stopping`, and admission waits while running verifications plus
-// stopping ones fill max_in_flight + max_stopping.
+// monitored, until its `settled` (carried by its down_msg's reason; any
+// other exit reason: the supervisor stops the sandbox itself). It no longer
+// counts as in flight, but as `stopping`, and admission waits while running
+// verifications plus stopping ones fill max_in_flight + max_stopping.
 //
 // Restarts run on a provider restarter (actors/provider_restarter.hpp), off
 // the scheduler threads, with exponential backoff and a limit.
@@ -626,9 +626,8 @@ void on_stop_settled(self_ptr self, caf::actor_addr addr, stop_status how) {
 
 /// A lingering verification's late create has finished, or a stop behind
 /// a reply is over.
-void on_settled(self_ptr self, stop_status how) {
+void on_settled(self_ptr self, const caf::actor_addr& addr, stop_status how) {
   auto& st = self->state;
-  auto addr = caf::actor_cast<caf::actor_addr>(self->current_sender());
   auto i = st.lingering.find(addr);
   if (i == st.lingering.end()) {
     on_stop_settled(self, addr, how);
@@ -647,6 +646,10 @@ void on_down(self_ptr self, caf::down_msg& dm) {
   if (st.provider && dm.source == st.provider.address()) {
     on_provider_down(self, dm.reason);
     return;
+  }
+  if (stop_status how; settled_status(dm.reason, how)) {
+    on_settled(self, dm.source, how); // `settled`, on the down message
+    dm.reason = caf::none;            // then the normal exit it was
   }
   if (auto i = st.lingering.find(dm.source); i != st.lingering.end()) {
     st.lingering.erase(i); // died before it settled: the slot is free
@@ -719,7 +722,6 @@ supervisor(self_ptr self, provider_actor provider, supervisor_config cfg) {
     [=](verified_atom, verification_outcome& out, stop_status how) {
       on_verified(self, out, how);
     },
-    [=](settled_atom, stop_status how) { on_settled(self, how); },
     [=](crashed_atom, verification_state state, std::string& what) {
       if (auto entry = entry_of(self)) {
         entry->phase = state;

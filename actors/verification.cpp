@@ -48,10 +48,28 @@ using deadline_handler = void (*)(self_ptr);
 
 } // namespace
 
+/// What the states after create still need of the submission (the id is
+/// the outcome's): the sandbox spec's parts go to the provider at create, so
+/// an in-flight verification does not keep a whole `verification_request`.
+struct verification_plan {
+  env_map env;
+  std::string python;
+  std::string work_dir;
+  double ready_timeout_s = 0;
+  double upload_timeout_s = 0;
+  double download_timeout_s = 0;
+  double stop_timeout_s = 0;
+  double exec_grace_s = 0;
+  double exec_timeout_s = 0;
+  /// Until upload.
+  file_map files;
+  json request;
+};
+
 struct verification_actor_state {
   static inline const char* name = "sv.verification";
 
-  verification_request req;
+  verification_plan plan;
   provider_actor provider;
   verification_parent_actor parent;
   std::shared_ptr<const verification_settings> settings;
@@ -96,7 +114,7 @@ auto in_state_impl(self_ptr self, uint64_t gen, F f,
       f(std::forward<Ts>(xs)...);
     else
       spdlog::debug("verification {}: dropped a reply of a passed state",
-                    self->state.req.id);
+                    self->state.outcome.id);
   };
 }
 
@@ -126,17 +144,17 @@ double millis(caf::timespan d) {
 }
 
 /// A directory name unique to this call: the id, made safe, and a counter.
-std::string make_call_dir(const verification_request& req) {
+std::string make_call_dir(const std::string& id, const std::string& work_dir) {
   static std::atomic<uint64_t> counter{0};
   std::string name;
-  for (char c : req.id.substr(0, 64)) {
+  for (char c : id.substr(0, 64)) {
     bool safe = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
                 (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.';
     name += safe ? c : '_';
   }
   name += '-';
   name += std::to_string(counter.fetch_add(1, std::memory_order_relaxed));
-  return req.work_dir + '/' + name;
+  return work_dir + '/' + name;
 }
 
 /// make_sandbox_spec, moving out of `req` what no later state needs (the
@@ -267,8 +285,8 @@ void enter(self_ptr self, verification_state next) {
   auto& st = self->state;
   auto now = self->clock().now();
   finish_state(self, now);
-  spdlog::debug("verification {}: {} -> {}", st.req.id, to_string(st.current),
-                to_string(next));
+  spdlog::debug("verification {}: {} -> {}", st.outcome.id,
+                to_string(st.current), to_string(next));
   st.current = next;
   ++st.gen;
   st.on_deadline = nullptr;
@@ -347,6 +365,8 @@ void conclude(self_ptr self, stop_status how) {
   finish(self);
 }
 
+void settle(self_ptr self, stop_status how);
+
 /// The stop is over: reported with the outcome, or after it (`settled`).
 void stop_done(self_ptr self, stop_status how) {
   auto& st = self->state;
@@ -355,8 +375,7 @@ void stop_done(self_ptr self, stop_status how) {
     conclude(self, how);
     return;
   }
-  self->send(st.parent, settled_atom::value, how);
-  finish(self);
+  settle(self, how);
 }
 
 /// The provider is gone: fail the current state with node_down and leave
@@ -417,10 +436,12 @@ void enter_download(self_ptr self);
 void parse_result(self_ptr self, const std::string& text);
 
 /// A lingering verification is done: the late create finished (or never
-/// will), the slot is free.
+/// will), the slot is free; or the stop behind a reply is over. The actor
+/// exits with the status as its reason (`settled_reason`).
 void settle(self_ptr self, stop_status how) {
-  self->send(self->state.parent, settled_atom::value, how);
-  finish(self);
+  ++self->state.gen;
+  self->state.on_deadline = nullptr;
+  self->quit(settled_reason(how)); // the supervisor's down message says it
 }
 
 /// The create answered after its deadline. The caller already has the
@@ -429,11 +450,10 @@ void stop_late_sandbox(self_ptr self, sandbox_handle handle) {
   auto& st = self->state;
   spdlog::warn("verification {}: create answered after its deadline; "
                "stopping the late sandbox {}",
-               st.req.id, handle.sandbox_id);
+               st.outcome.id, handle.sandbox_id);
   st.stopping_late_sandbox = true;
   ++st.gen;
-  set_deadline_at(self,
-                  self->clock().now() + seconds(st.req.config.stop_timeout_s),
+  set_deadline_at(self, self->clock().now() + seconds(st.plan.stop_timeout_s),
                   [](self_ptr self) { settle(self, stop_status::failed); });
   ask(self, stop_atom::value, std::move(handle))
     .then(
@@ -452,15 +472,15 @@ void on_create_deadline(self_ptr self) {
   st.outcome.failure.state = verification_state::create;
   st.outcome.failure.cause = failure_cause::timeout;
   st.outcome.failure.message = "create did not finish within its " +
-                               format_seconds(st.req.config.ready_timeout_s) +
+                               format_seconds(st.plan.ready_timeout_s) +
                                " deadline";
   finish_state(self);
   report(self, stop_status::pending);
   ++st.gen;
   st.awaiting_late_create = true;
   set_deadline_at(self,
-                  st.started + seconds(st.req.config.ready_timeout_s +
-                                       st.req.config.stop_timeout_s),
+                  st.started +
+                    seconds(st.plan.ready_timeout_s + st.plan.stop_timeout_s),
                   [](self_ptr self) {
                     if (!self->state.stopping_late_sandbox)
                       settle(self, stop_status::not_needed);
@@ -491,16 +511,14 @@ void on_created(self_ptr self, sandbox_handle& handle) {
 }
 
 /// create: build the sandbox. Create and ready share one deadline.
-behavior enter_create(self_ptr self) {
+behavior enter_create(self_ptr self, sandbox_spec spec) {
   auto& st = self->state;
-  auto ready_timeout = seconds(st.req.config.ready_timeout_s);
+  auto ready_timeout = seconds(st.plan.ready_timeout_s);
   st.ready_deadline = st.state_started + ready_timeout;
   set_deadline(self, ready_timeout, on_create_deadline);
-  auto spec = take_sandbox_spec(st.req, st.settings->default_metadata);
   // The provider counts from the create's arrival, later than now: half the
   // stop deadline of slack keeps its answer inside our patience.
-  spec.create_deadline_s =
-    st.req.config.ready_timeout_s + st.req.config.stop_timeout_s / 2;
+  spec.create_deadline_s = st.plan.ready_timeout_s + st.plan.stop_timeout_s / 2;
   // Not `in_state`: a sandbox that comes after the deadline is still ours.
   ask(self, create_atom::value, std::move(spec))
     .then([=](sandbox_handle& handle) { on_created(self, handle); },
@@ -510,7 +528,7 @@ behavior enter_create(self_ptr self) {
               if (!st.stopping_late_sandbox)
                 settle(self, stop_status::not_needed); // nothing came after all
             } else if (st.current == verification_state::create) {
-              fail_provider(self, err, st.req.config.ready_timeout_s);
+              fail_provider(self, err, st.plan.ready_timeout_s);
             }
           });
   return state_behavior(
@@ -521,7 +539,7 @@ behavior enter_create(self_ptr self) {
 void ready_deadline_passed(self_ptr self) {
   fail(self, failure_kind::provider_unavailable, failure_cause::timeout,
        "sandbox not running within its " +
-         format_seconds(self->state.req.config.ready_timeout_s) + " deadline");
+         format_seconds(self->state.plan.ready_timeout_s) + " deadline");
 }
 
 /// ready: poll the status, with backoff, until `running` or the deadline.
@@ -570,7 +588,7 @@ void poll_status(self_ptr self) {
         if (err == caf::sec::request_timeout)
           ready_deadline_passed(self);
         else
-          fail_provider(self, err, self->state.req.config.ready_timeout_s);
+          fail_provider(self, err, self->state.plan.ready_timeout_s);
       }));
 }
 
@@ -579,13 +597,13 @@ void enter_upload(self_ptr self) {
   enter(self, verification_state::upload);
   self->become(plain_state(self));
   auto& st = self->state;
-  st.call_dir = make_call_dir(st.req);
-  auto files = std::move(st.req.files);
-  files.emplace(request_file_name, st.req.request.dump());
-  st.req.request = nullptr; // the sandbox has it now
-  auto timeout = st.req.config.upload_timeout_s;
+  st.call_dir = make_call_dir(st.outcome.id, st.plan.work_dir);
+  auto files = std::move(st.plan.files);
+  files.emplace(request_file_name, st.plan.request.dump());
+  st.plan.request = nullptr; // the sandbox has it now
+  auto timeout = st.plan.upload_timeout_s;
   set_deadline(self, seconds(timeout), [](self_ptr self) {
-    fail_deadline(self, self->state.req.config.upload_timeout_s);
+    fail_deadline(self, self->state.plan.upload_timeout_s);
   });
   ask(self, upload_atom::value, st.handle, st.call_dir, std::move(files))
     .then(in_state(self, [=](ok_atom) { enter_exec(self); }),
@@ -609,7 +627,7 @@ void on_exec_result(self_ptr self, exec_result& res) {
     return;
   case exec_error_type::timeout:
     fail(self, failure_kind::verifier_error, failure_cause::timeout,
-         "runner overran its " + format_seconds(st.req.exec_timeout_s) +
+         "runner overran its " + format_seconds(st.plan.exec_timeout_s) +
            " deadline" + msg);
     return;
   case exec_error_type::oom:
@@ -642,8 +660,8 @@ void exec_deadline_passed(self_ptr self) {
   auto& st = self->state;
   fail(self, failure_kind::provider_unavailable, failure_cause::timeout,
        "the provider did not report the runner's end within its " +
-         format_seconds(st.req.exec_timeout_s) + " deadline (+" +
-         format_seconds(st.req.config.exec_grace_s) + " grace)");
+         format_seconds(st.plan.exec_timeout_s) + " deadline (+" +
+         format_seconds(st.plan.exec_grace_s) + " grace)");
 }
 
 /// exec: `<python> sandbox_runner.py request.json result.json`. The provider
@@ -653,13 +671,13 @@ void enter_exec(self_ptr self) {
   self->become(plain_state(self));
   auto& st = self->state;
   exec_request cmd;
-  cmd.argv = {st.req.config.python, std::string{runner_file_name},
+  cmd.argv = {std::move(st.plan.python), std::string{runner_file_name},
               std::string{request_file_name}, std::string{result_file_name}};
   cmd.cwd = st.call_dir;
-  cmd.env = st.req.config.env;
-  cmd.timeout_s = st.req.exec_timeout_s;
+  cmd.env = std::move(st.plan.env); // exec runs once
+  cmd.timeout_s = st.plan.exec_timeout_s;
   cmd.log_path = st.call_dir + '/' + std::string{runner_log_name};
-  auto deadline_s = st.req.exec_timeout_s + st.req.config.exec_grace_s;
+  auto deadline_s = st.plan.exec_timeout_s + st.plan.exec_grace_s;
   set_deadline(self, seconds(deadline_s), exec_deadline_passed);
   ask(self, exec_atom::value, st.handle, std::move(cmd))
     .then(in_state(self, [=](exec_result& res) { on_exec_result(self, res); }),
@@ -677,10 +695,10 @@ void enter_download(self_ptr self) {
   enter(self, verification_state::download);
   self->become(plain_state(self));
   auto& st = self->state;
-  auto timeout = st.req.config.download_timeout_s;
+  auto timeout = st.plan.download_timeout_s;
   auto path = st.call_dir + '/' + std::string{result_file_name};
   set_deadline(self, seconds(timeout), [](self_ptr self) {
-    fail_deadline(self, self->state.req.config.download_timeout_s);
+    fail_deadline(self, self->state.plan.download_timeout_s);
   });
   ask(self, download_atom::value, st.handle, std::move(path))
     .then(in_state(self, [=](std::string& text) { parse_result(self, text); }),
@@ -723,7 +741,7 @@ void parse_result(self_ptr self, const std::string& text) {
 /// stands, the TTL reaps the sandbox.
 void stop_failed(self_ptr self, const std::string& why) {
   auto& st = self->state;
-  spdlog::warn("verification {}: stopping sandbox {} failed: {}", st.req.id,
+  spdlog::warn("verification {}: stopping sandbox {} failed: {}", st.outcome.id,
                st.handle.sandbox_id, why);
   stop_done(self, stop_status::failed);
 }
@@ -745,9 +763,9 @@ void enter_stop(self_ptr self) {
     report(self, stop_status::stopping);
     st.replied = true;
   }
-  set_deadline(self, seconds(st.req.config.stop_timeout_s), [](self_ptr self) {
+  set_deadline(self, seconds(st.plan.stop_timeout_s), [](self_ptr self) {
     stop_failed(self, "no answer within its " +
-                        format_seconds(self->state.req.config.stop_timeout_s) +
+                        format_seconds(self->state.plan.stop_timeout_s) +
                         " deadline");
   });
   ask(self, stop_atom::value, st.handle)
@@ -765,12 +783,24 @@ behavior verification(self_ptr self, verification_request req,
                       provider_actor provider, verification_parent_actor parent,
                       std::shared_ptr<const verification_settings> cfg) {
   auto& st = self->state;
-  st.req = std::move(req);
+  auto spec = take_sandbox_spec(req, cfg->default_metadata);
+  auto& plan = st.plan;
+  plan.env = std::move(req.config.env);
+  plan.python = std::move(req.config.python);
+  plan.work_dir = std::move(req.work_dir);
+  plan.ready_timeout_s = req.config.ready_timeout_s;
+  plan.upload_timeout_s = req.config.upload_timeout_s;
+  plan.download_timeout_s = req.config.download_timeout_s;
+  plan.stop_timeout_s = req.config.stop_timeout_s;
+  plan.exec_grace_s = req.config.exec_grace_s;
+  plan.exec_timeout_s = req.exec_timeout_s;
+  plan.files = std::move(req.files);
+  plan.request = std::move(req.request);
+  st.outcome.id = std::move(req.id);
   st.provider = std::move(provider);
   st.parent = std::move(parent);
   st.settings = std::move(cfg);
   st.started = st.state_started = self->clock().now();
-  st.outcome.id = st.req.id;
   st.timer_id =
     self->new_request_id(caf::message_priority::normal).response_id();
   // Stale timers and late replies are normal: logged and dropped, never
@@ -790,7 +820,7 @@ behavior verification(self_ptr self, verification_request req,
                what);
     return caf::make_error(caf::sec::runtime_error, std::move(what));
   });
-  return enter_create(self);
+  return enter_create(self, std::move(spec));
 }
 
 } // namespace

@@ -9,6 +9,7 @@
 #include "messages/provider.hpp"
 
 #include <caf/atom.hpp>
+#include <caf/error.hpp>
 #include <caf/replies_to.hpp>
 #include <caf/typed_actor.hpp>
 #include <cstdint>
@@ -67,13 +68,31 @@ using verified_atom = caf::atom_constant<caf::atom("verified")>;
 /// verdict: the stop is over (`stopped`, `failed` or `handed_over`), the
 /// sandbox's place is free and the verification exits.
 using settled_atom = caf::atom_constant<caf::atom("settled")>;
+/// `settled` rides on the verification's down message (one message fewer
+/// per verification): its exit reason is `settled_reason(how)`, an error of
+/// this category whose code is the status + 1 (code 0 would be no error).
+/// Any other exit reason is no settlement.
+inline constexpr caf::atom_value settled_category = caf::atom("svsettled");
+
+inline caf::error settled_reason(stop_status how) {
+  return caf::error{static_cast<uint8_t>(static_cast<uint8_t>(how) + 1),
+                    settled_category};
+}
+
+/// The status a down message's reason settles, if it is a settlement.
+inline bool settled_status(const caf::error& reason, stop_status& how) {
+  if (!reason || reason.category() != settled_category || reason.code() == 0 ||
+      reason.code() > static_cast<uint8_t>(stop_status::stopping) + 1)
+    return false;
+  how = static_cast<stop_status>(reason.code() - 1);
+  return true;
+}
 /// A handler threw in this state (the what() text); the actor dies next.
 using crashed_atom = caf::atom_constant<caf::atom("crashed")>;
 
 using verification_parent_actor = caf::typed_actor<
   caf::reacts_to<created_atom, sandbox_handle>, caf::reacts_to<ready_atom>,
   caf::reacts_to<verified_atom, verification_outcome, stop_status>,
-  caf::reacts_to<settled_atom, stop_status>,
   caf::reacts_to<crashed_atom, verification_state, std::string>>;
 
 } // namespace sv
