@@ -1,5 +1,5 @@
 # Installing: `cmake --install build [--prefix DIR]` puts the apps in bin/,
-# the headers in include/sandbox_verification/, libsv.a in lib/, and a CMake
+# the headers in include/sandbox_verification/, libsv_protocol.a, libsv_runtime.a and libsv.a in lib/, and a CMake
 # package in lib/cmake/sandbox_verification/ whose target
 # `sandbox_verification::sv` finds its own dependencies:
 #
@@ -19,7 +19,7 @@ include(CMakePackageConfigHelpers)
 
 set(SV_INSTALL_CMAKEDIR "${CMAKE_INSTALL_LIBDIR}/cmake/sandbox_verification")
 
-install(TARGETS sv sv_testing EXPORT sandbox_verificationTargets
+install(TARGETS sv_protocol sv_runtime sv sv_testing EXPORT sandbox_verificationTargets
         ARCHIVE DESTINATION "${CMAKE_INSTALL_LIBDIR}")
 foreach(dir messages actors providers facade testing)
   install(DIRECTORY "${PROJECT_SOURCE_DIR}/${dir}"

@@ -38,3 +38,36 @@ build_example embed
 "$tmp/embed/sv-grader-example" "$python" | grep -qx "reward: 1.0"
 build_example testing
 "$tmp/testing/reward-service-test"
+# The protocol alone: a consumer that only reads and writes the batch
+# format links sandbox_verification::protocol, without the actors, the
+# providers or CAF's network modules.
+mkdir -p "$tmp/protocol_src"
+cat > "$tmp/protocol_src/CMakeLists.txt" <<'CMAKE'
+cmake_minimum_required(VERSION 3.16)
+project(protocol_only CXX)
+find_package(sandbox_verification REQUIRED COMPONENTS protocol)
+add_executable(protocol-only main.cpp)
+target_link_libraries(protocol-only PRIVATE sandbox_verification::protocol)
+CMAKE
+cat > "$tmp/protocol_src/main.cpp" <<'CPP'
+#include "messages/json.hpp"
+
+#include <iostream>
+
+int main() {
+  auto line = R"({"id": "t#1", "files": {"sandbox_runner.py": "pass"},
+                  "request": {"k": 1}, "exec_timeout_s": 5})";
+  auto req = nlohmann::json::parse(line).get<sv::verification_request>();
+  std::cout << req.id << ' ' << req.exec_timeout_s << '\n';
+}
+CPP
+cmake -S "$tmp/protocol_src" -B "$tmp/protocol" -DCMAKE_PREFIX_PATH="$tmp/prefix" \
+      -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_BUILD_TYPE="${type:-Release}" \
+      ${launcher:+-DCMAKE_CXX_COMPILER_LAUNCHER=$launcher} > "$tmp/configure-protocol.log" \
+  || { cat "$tmp/configure-protocol.log"; exit 1; }
+cmake --build "$tmp/protocol" > "$tmp/build-protocol.log" || { cat "$tmp/build-protocol.log"; exit 1; }
+if grep -rqE "libsv\.a|libsv_runtime\.a|caf_io|caf_openssl" "$tmp/protocol" --include=link.txt; then
+  echo "the protocol alone linked more than the protocol" >&2
+  exit 1
+fi
+test "$("$tmp/protocol/protocol-only")" = "t#1 5"
