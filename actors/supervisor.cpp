@@ -101,6 +101,8 @@ struct queued_submission {
 /// (dead) creator.
 struct orphan_sandbox {
   sandbox_handle handle;
+  /// The provider not to stop it through: its dead creator, or (in
+  /// `orphan_stops`) the provider carrying its stop.
   caf::actor_addr creator;
   double stop_timeout_s = 60;
 };
@@ -132,8 +134,13 @@ struct supervisor_state {
   size_t creating = 0;
   /// Entries of `running` that replied and are stopping their sandbox.
   size_t stopping = 0;
-  /// Stops of orphans in flight (`orphans` holds those waiting).
-  size_t orphan_stops = 0;
+  /// Stops of orphans in flight (`orphans` holds those waiting), by token;
+  /// each one's `creator` is the provider carrying the stop. A provider
+  /// that dies with one unanswered may never have run it (a crash while
+  /// handling it leaves no answer and no bounce): `on_provider_down` moves
+  /// it back to `orphans`, and its late answer or timeout is ignored.
+  std::unordered_map<uint64_t, orphan_sandbox> orphan_stops;
+  uint64_t next_orphan_stop = 0;
   supervisor_stats stats;
   retry_settings retry;
   retry_budget budget;
@@ -251,20 +258,34 @@ void adopt(self_ptr self, orphan_sandbox orphan);
 /// from a closed mailbox never ran: the orphan waits for the next provider.
 void stop_orphan(self_ptr self, orphan_sandbox orphan) {
   auto& st = self->state;
-  auto via = st.provider.address();
-  ++st.orphan_stops;
-  self
-    ->request(st.provider, seconds(orphan.stop_timeout_s), stop_atom::value,
-              orphan.handle)
+  auto token = st.next_orphan_stop++;
+  auto timeout = seconds(orphan.stop_timeout_s);
+  auto handle = orphan.handle;
+  orphan.creator = st.provider.address(); // the provider carrying the stop
+  st.orphan_stops.emplace(token, std::move(orphan));
+  /// The orphan of this stop, unless its provider died first (then it is
+  /// waiting again, or stopped through the replacement already).
+  auto take = [self, token]() -> std::optional<orphan_sandbox> {
+    auto& pending = self->state.orphan_stops;
+    auto i = pending.find(token);
+    if (i == pending.end())
+      return std::nullopt;
+    auto out = std::move(i->second);
+    pending.erase(i);
+    return out;
+  };
+  self->request(st.provider, timeout, stop_atom::value, std::move(handle))
     .then(
       [=](ok_atom) {
-        --self->state.orphan_stops;
-        count_stop(self, stop_status::stopped);
+        if (take())
+          count_stop(self, stop_status::stopped);
       },
-      [=](caf::error& err) mutable {
-        --self->state.orphan_stops;
+      [=](caf::error& err) {
+        auto taken = take();
+        if (!taken)
+          return;
+        auto orphan = std::move(*taken);
         if (err == caf::sec::request_receiver_down) {
-          orphan.creator = via;
           adopt(self, std::move(orphan));
           return;
         }
@@ -458,6 +479,16 @@ void on_provider_down(self_ptr self, const caf::error& reason) {
   for (auto& [addr, id] : st.lingering)
     caf::anon_send(caf::actor_cast<verification_actor>(addr),
                    provider_lost_atom::value);
+  // Orphan stops it had not answered wait for the replacement (stop is
+  // idempotent: one the dead provider did run is merely repeated).
+  for (auto i = st.orphan_stops.begin(); i != st.orphan_stops.end();) {
+    if (i->second.creator != dead) {
+      ++i;
+      continue;
+    }
+    st.orphans.push_back(std::move(i->second));
+    i = st.orphan_stops.erase(i);
+  }
   schedule_restart(self);
 }
 
@@ -699,7 +730,7 @@ supervisor(self_ptr self, provider_actor provider, supervisor_config cfg) {
       stats.creating = st.creating;
       stats.stopping = st.stopping;
       stats.cleanup_pending =
-        st.orphan_stops + st.orphans.size() + st.lingering.size();
+        st.orphan_stops.size() + st.orphans.size() + st.lingering.size();
       return stats;
     },
     [=](created_atom, sandbox_handle& handle) {
