@@ -107,6 +107,14 @@ struct orphan_sandbox {
   double stop_timeout_s = 60;
 };
 
+/// A verification whose create overran its deadline, waiting for the
+/// provider's late answer; `orphan.handle` is set once a late sandbox came
+/// (the verification is stopping it).
+struct lingering_create {
+  std::string id;
+  orphan_sandbox orphan;
+};
+
 /// supervisor -> itself: the backoff before a restart is over.
 using restart_timer_atom = caf::atom_constant<caf::atom("restartdue")>;
 
@@ -128,7 +136,7 @@ struct supervisor_state {
   std::unordered_map<caf::actor_addr, running_verification> running;
   /// Verifications that replied `pending`: each holds a create slot until
   /// `settled` or its down_msg.
-  std::unordered_map<caf::actor_addr, std::string> lingering;
+  std::unordered_map<caf::actor_addr, lingering_create> lingering;
   std::deque<queued_submission> queue;
   std::vector<orphan_sandbox> orphans;
   size_t creating = 0;
@@ -476,7 +484,7 @@ void on_provider_down(self_ptr self, const caf::error& reason) {
     if (entry.provider == dead)
       caf::anon_send(caf::actor_cast<verification_actor>(addr),
                      provider_lost_atom::value);
-  for (auto& [addr, id] : st.lingering)
+  for (auto& [addr, waiting] : st.lingering)
     caf::anon_send(caf::actor_cast<verification_actor>(addr),
                    provider_lost_atom::value);
   // Orphan stops it had not answered wait for the replacement (stop is
@@ -619,7 +627,10 @@ void on_verified(self_ptr self, verification_outcome& out, stop_status how) {
   if (out.ok || out.failure.kind != failure_kind::provider_unavailable)
     st.consecutive_restarts = 0;
   if (how == stop_status::pending && entry.creating)
-    st.lingering.emplace(addr, entry.id); // the slot stays taken
+    st.lingering.emplace( // the slot stays taken
+      addr,
+      lingering_create{
+        entry.id, orphan_sandbox{{}, entry.provider, entry.stop_timeout_s}});
   else
     leave_create_phase(self, entry);
   out.attempts = entry.attempts;
@@ -665,11 +676,15 @@ void on_settled(self_ptr self, stop_status how) {
     on_stop_settled(self, addr, how);
     return;
   }
+  auto orphan = std::move(i->second.orphan);
   st.lingering.erase(i);
   --st.creating;
   if (how != stop_status::not_needed)
     ++st.stats.sandboxes_created;
-  count_stop(self, how);
+  if (how == stop_status::handed_over && !orphan.handle.sandbox_id.empty())
+    adopt(self, std::move(orphan)); // its provider died with the stop
+  else
+    count_stop(self, how);
   start_queued(self);
 }
 
@@ -680,8 +695,15 @@ void on_down(self_ptr self, caf::down_msg& dm) {
     return;
   }
   if (auto i = st.lingering.find(dm.source); i != st.lingering.end()) {
+    auto orphan = std::move(i->second.orphan);
     st.lingering.erase(i); // died before it settled: the slot is free
     --st.creating;
+    if (!orphan.handle.sandbox_id.empty()) {
+      // Died while stopping its late sandbox: stop it (once more) here.
+      ++st.stats.sandboxes_created;
+      orphan.creator = caf::actor_addr{};
+      adopt(self, std::move(orphan));
+    }
     start_queued(self);
     return;
   }
@@ -738,7 +760,14 @@ supervisor(self_ptr self, provider_actor provider, supervisor_config cfg) {
         entry->handle = std::move(handle);
         entry->phase = verification_state::ready;
         ++self->state.stats.sandboxes_created;
+        return;
       }
+      // A lingering verification's late sandbox, which it now stops.
+      auto& lingering = self->state.lingering;
+      auto i = lingering.find(
+        caf::actor_cast<caf::actor_addr>(self->current_sender()));
+      if (i != lingering.end())
+        i->second.orphan.handle = std::move(handle);
     },
     [=](ready_atom) {
       if (auto entry = entry_of(self)) {

@@ -604,6 +604,34 @@ TEST_CASE_METHOD(fixture, "a late create keeps its create slot until the "
   CHECK(s.creating == 0);
 }
 
+TEST_CASE_METHOD(fixture, "a late sandbox whose stop crashes the provider "
+                          "is stopped by the replacement") {
+  scripted_script script;
+  script.steps[scripted_op::create] = {
+    scripted_step{scripted_fault::delay, 15s, false}};
+  script.steps[scripted_op::stop] = {scripted_step{scripted_fault::crash}};
+  start(std::move(script), restarting());
+  submit(make_request("late"));
+  check_failure(reply_exactly_at(10s), failure_kind::provider_unavailable,
+                verification_state::create, failure_cause::timeout);
+  // At 15 s the sandbox comes; its stop crashes the provider before it runs.
+  run_for(5s);
+  REQUIRE(ledger->creates() == 1);
+  CHECK(ledger->crashes() == 1);
+  run_for(1s);
+  CHECK(ledger->stops() == 2);
+  CHECK(ledger->live() == 0);
+  run_for(60s);
+  expect_all_stopped_once();
+  auto s = stats();
+  CHECK(s.provider_restarts == 1);
+  CHECK(s.sandboxes_created == 1);
+  CHECK(s.sandboxes_stopped == 1);
+  CHECK(s.stop_failures == 0);
+  CHECK(s.creating == 0);
+  CHECK(s.cleanup_pending == 0);
+}
+
 TEST_CASE_METHOD(fixture, "a late create after a provider death settles "
                           "and frees its slot") {
   scripted_script script;
