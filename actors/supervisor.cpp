@@ -101,8 +101,18 @@ struct queued_submission {
 /// (dead) creator.
 struct orphan_sandbox {
   sandbox_handle handle;
+  /// The provider not to stop it through: its dead creator, or (in
+  /// `orphan_stops`) the provider carrying its stop.
   caf::actor_addr creator;
   double stop_timeout_s = 60;
+};
+
+/// A verification whose create overran its deadline, waiting for the
+/// provider's late answer; `orphan.handle` is set once a late sandbox came
+/// (the verification is stopping it).
+struct lingering_create {
+  std::string id;
+  orphan_sandbox orphan;
 };
 
 /// supervisor -> itself: the backoff before a restart is over.
@@ -126,14 +136,19 @@ struct supervisor_state {
   std::unordered_map<caf::actor_addr, running_verification> running;
   /// Verifications that replied `pending`: each holds a create slot until
   /// `settled` or its down_msg.
-  std::unordered_map<caf::actor_addr, std::string> lingering;
+  std::unordered_map<caf::actor_addr, lingering_create> lingering;
   std::deque<queued_submission> queue;
   std::vector<orphan_sandbox> orphans;
   size_t creating = 0;
   /// Entries of `running` that replied and are stopping their sandbox.
   size_t stopping = 0;
-  /// Stops of orphans in flight (`orphans` holds those waiting).
-  size_t orphan_stops = 0;
+  /// Stops of orphans in flight (`orphans` holds those waiting), by token;
+  /// each one's `creator` is the provider carrying the stop. A provider
+  /// that dies with one unanswered may never have run it (a crash while
+  /// handling it leaves no answer and no bounce): `on_provider_down` moves
+  /// it back to `orphans`, and its late answer or timeout is ignored.
+  std::unordered_map<uint64_t, orphan_sandbox> orphan_stops;
+  uint64_t next_orphan_stop = 0;
   supervisor_stats stats;
   retry_settings retry;
   retry_budget budget;
@@ -251,20 +266,34 @@ void adopt(self_ptr self, orphan_sandbox orphan);
 /// from a closed mailbox never ran: the orphan waits for the next provider.
 void stop_orphan(self_ptr self, orphan_sandbox orphan) {
   auto& st = self->state;
-  auto via = st.provider.address();
-  ++st.orphan_stops;
-  self
-    ->request(st.provider, seconds(orphan.stop_timeout_s), stop_atom::value,
-              orphan.handle)
+  auto token = st.next_orphan_stop++;
+  auto timeout = seconds(orphan.stop_timeout_s);
+  auto handle = orphan.handle;
+  orphan.creator = st.provider.address(); // the provider carrying the stop
+  st.orphan_stops.emplace(token, std::move(orphan));
+  /// The orphan of this stop, unless its provider died first (then it is
+  /// waiting again, or stopped through the replacement already).
+  auto take = [self, token]() -> std::optional<orphan_sandbox> {
+    auto& pending = self->state.orphan_stops;
+    auto i = pending.find(token);
+    if (i == pending.end())
+      return std::nullopt;
+    auto out = std::move(i->second);
+    pending.erase(i);
+    return out;
+  };
+  self->request(st.provider, timeout, stop_atom::value, std::move(handle))
     .then(
       [=](ok_atom) {
-        --self->state.orphan_stops;
-        count_stop(self, stop_status::stopped);
+        if (take())
+          count_stop(self, stop_status::stopped);
       },
-      [=](caf::error& err) mutable {
-        --self->state.orphan_stops;
+      [=](caf::error& err) {
+        auto taken = take();
+        if (!taken)
+          return;
+        auto orphan = std::move(*taken);
         if (err == caf::sec::request_receiver_down) {
-          orphan.creator = via;
           adopt(self, std::move(orphan));
           return;
         }
@@ -455,9 +484,19 @@ void on_provider_down(self_ptr self, const caf::error& reason) {
     if (entry.provider == dead)
       caf::anon_send(caf::actor_cast<verification_actor>(addr),
                      provider_lost_atom::value);
-  for (auto& [addr, id] : st.lingering)
+  for (auto& [addr, waiting] : st.lingering)
     caf::anon_send(caf::actor_cast<verification_actor>(addr),
                    provider_lost_atom::value);
+  // Orphan stops it had not answered wait for the replacement (stop is
+  // idempotent: one the dead provider did run is merely repeated).
+  for (auto i = st.orphan_stops.begin(); i != st.orphan_stops.end();) {
+    if (i->second.creator != dead) {
+      ++i;
+      continue;
+    }
+    st.orphans.push_back(std::move(i->second));
+    i = st.orphan_stops.erase(i);
+  }
   schedule_restart(self);
 }
 
@@ -588,7 +627,10 @@ void on_verified(self_ptr self, verification_outcome& out, stop_status how) {
   if (out.ok || out.failure.kind != failure_kind::provider_unavailable)
     st.consecutive_restarts = 0;
   if (how == stop_status::pending && entry.creating)
-    st.lingering.emplace(addr, entry.id); // the slot stays taken
+    st.lingering.emplace( // the slot stays taken
+      addr,
+      lingering_create{
+        entry.id, orphan_sandbox{{}, entry.provider, entry.stop_timeout_s}});
   else
     leave_create_phase(self, entry);
   out.attempts = entry.attempts;
@@ -633,11 +675,15 @@ void on_settled(self_ptr self, const caf::actor_addr& addr, stop_status how) {
     on_stop_settled(self, addr, how);
     return;
   }
+  auto orphan = std::move(i->second.orphan);
   st.lingering.erase(i);
   --st.creating;
   if (how != stop_status::not_needed)
     ++st.stats.sandboxes_created;
-  count_stop(self, how);
+  if (how == stop_status::handed_over && !orphan.handle.sandbox_id.empty())
+    adopt(self, std::move(orphan)); // its provider died with the stop
+  else
+    count_stop(self, how);
   start_queued(self);
 }
 
@@ -652,8 +698,15 @@ void on_down(self_ptr self, caf::down_msg& dm) {
     dm.reason = caf::none;            // then the normal exit it was
   }
   if (auto i = st.lingering.find(dm.source); i != st.lingering.end()) {
+    auto orphan = std::move(i->second.orphan);
     st.lingering.erase(i); // died before it settled: the slot is free
     --st.creating;
+    if (!orphan.handle.sandbox_id.empty()) {
+      // Died while stopping its late sandbox: stop it (once more) here.
+      ++st.stats.sandboxes_created;
+      orphan.creator = caf::actor_addr{};
+      adopt(self, std::move(orphan));
+    }
     start_queued(self);
     return;
   }
@@ -702,7 +755,7 @@ supervisor(self_ptr self, provider_actor provider, supervisor_config cfg) {
       stats.creating = st.creating;
       stats.stopping = st.stopping;
       stats.cleanup_pending =
-        st.orphan_stops + st.orphans.size() + st.lingering.size();
+        st.orphan_stops.size() + st.orphans.size() + st.lingering.size();
       return stats;
     },
     [=](created_atom, sandbox_handle& handle) {
@@ -710,7 +763,14 @@ supervisor(self_ptr self, provider_actor provider, supervisor_config cfg) {
         entry->handle = std::move(handle);
         entry->phase = verification_state::ready;
         ++self->state.stats.sandboxes_created;
+        return;
       }
+      // A lingering verification's late sandbox, which it now stops.
+      auto& lingering = self->state.lingering;
+      auto i = lingering.find(
+        caf::actor_cast<caf::actor_addr>(self->current_sender()));
+      if (i != lingering.end())
+        i->second.orphan.handle = std::move(handle);
     },
     [=](ready_atom) {
       if (auto entry = entry_of(self)) {

@@ -453,12 +453,18 @@ void stop_late_sandbox(self_ptr self, sandbox_handle handle) {
                st.outcome.id, handle.sandbox_id);
   st.stopping_late_sandbox = true;
   ++st.gen;
+  // The supervisor keeps the handle: it stops the sandbox through a
+  // replacement if this stop is handed over (or this actor dies).
+  self->send(st.parent, created_atom::value, handle);
   set_deadline_at(self, self->clock().now() + seconds(st.plan.stop_timeout_s),
                   [](self_ptr self) { settle(self, stop_status::failed); });
   ask(self, stop_atom::value, std::move(handle))
-    .then(
-      in_state(self, [=](ok_atom) { settle(self, stop_status::stopped); }),
-      in_state(self, [=](caf::error&) { settle(self, stop_status::failed); }));
+    .then(in_state(self, [=](ok_atom) { settle(self, stop_status::stopped); }),
+          in_state(self, [=](caf::error& err) {
+            // Bounced from a closed mailbox: it never ran.
+            settle(self, provider_is_going(err) ? stop_status::handed_over
+                                                : stop_status::failed);
+          }));
 }
 
 /// The create deadline passed: the caller hears the timeout now; the actor
@@ -485,10 +491,13 @@ void on_create_deadline(self_ptr self) {
                     if (!self->state.stopping_late_sandbox)
                       settle(self, stop_status::not_needed);
                   });
+  // The provider died: with the late sandbox's stop unanswered it may
+  // never have run (a crash while handling it neither answers nor
+  // bounces), so the supervisor repeats it through the replacement.
   self->become(state_behavior(
     self, [] {},
     [=] {
-      settle(self, self->state.stopping_late_sandbox ? stop_status::failed
+      settle(self, self->state.stopping_late_sandbox ? stop_status::handed_over
                                                      : stop_status::not_needed);
     }));
 }

@@ -56,6 +56,7 @@ using verification_actor =
 // -- verification -> supervisor ----------------------------------------------
 
 /// Create returned this sandbox; whoever outlives the verification stops it.
+/// (Also sent after a `pending` verdict: the late sandbox it now stops.)
 using created_atom = caf::atom_constant<caf::atom("created")>;
 /// Create and ready are over: the create slot is free again.
 using ready_atom = caf::atom_constant<caf::atom("ready")>;
@@ -63,7 +64,9 @@ using ready_atom = caf::atom_constant<caf::atom("ready")>;
 /// is `pending` or `stopping`, the verification exits right after.
 using verified_atom = caf::atom_constant<caf::atom("verified")>;
 /// After a `pending` verdict: the late create has finished; the status says
-/// what became of the late sandbox (`not_needed`: none came). The create
+/// what became of the late sandbox (`not_needed`: none came; `handed_over`:
+/// its provider died with the stop unanswered, the supervisor stops it through
+/// the replacement). The create
 /// slot is free again and the verification exits. After a `stopping`
 /// verdict: the stop is over (`stopped`, `failed` or `handed_over`), the
 /// sandbox's place is free and the verification exits.

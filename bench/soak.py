@@ -16,6 +16,7 @@ import collections
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -63,6 +64,11 @@ def main():
                          "concurrency); the ledger's peak of creates in "
                          "flight must stay within it")
     ap.add_argument("--sv-grade", default="build/apps/sv-grade")
+    ap.add_argument("--log-level", default="error",
+                    help="sv-grade's --log-level")
+    ap.add_argument("--keep", default=None, metavar="DIR",
+                    help="copy the ledger, sv-grade's output and its stderr "
+                         "log into DIR (to trace a leak)")
     args = ap.parse_args()
     seed = args.seed if args.seed is not None else random.randrange(1 << 32)
     crashes = (args.crashes if args.crashes is not None
@@ -95,7 +101,7 @@ def main():
             [args.sv_grade, "--input", jobs, "--output", out,
              "--provider-config", config, "--concurrency", str(args.concurrency),
              "--max-creating", str(max_creating),
-             "--summary-json", summary, "--log-level", "error"],
+             "--summary-json", summary, "--log-level", args.log_level],
             stderr=subprocess.PIPE, text=True)
         wall = time.monotonic() - started
         if proc.returncode != 0:
@@ -121,6 +127,12 @@ def main():
         # last line covers them all (the crashed ones and their
         # replacements).
         book = json.loads(open(ledger).read().splitlines()[-1])
+        if args.keep:
+            os.makedirs(args.keep, exist_ok=True)
+            for src in (ledger, out, summary, jobs):
+                shutil.copy(src, args.keep)
+            with open(os.path.join(args.keep, "stderr.log"), "w") as f:
+                f.write(proc.stderr)
         s = json.load(open(summary))
 
     ok = s["ok"]
@@ -135,6 +147,10 @@ def main():
           f"id {book['unknown_stops']}), creates abandoned past their deadline "
           f"{book['abandoned_creates']}, not stopped exactly once "
           f"{book['not_stopped_once']}")
+    for sb in book.get("live_ids", []):
+        print(f"  still running: {sb['id']} (created by provider actor "
+              f"{sb['created_by']}, {sb['polls']} status polls, "
+              f"{'running' if sb['running'] else 'starting'})")
     print(f"provider actors (ledger): spawned {book['actors_spawned']}, "
           f"crashed {book['crashes']}, alive at the end "
           f"{book['actors_live']}; supervisor restarts {restarts}")

@@ -245,8 +245,8 @@ caf::behavior scripted_provider(self_ptr self, scripted_script script,
                                 "create: finished after its deadline"));
           return;
         }
-        rp.deliver(
-          sandbox_handle{self->state.world->on_created(), "scripted", ""});
+        rp.deliver(sandbox_handle{
+          self->state.world->on_created(self->state.index), "scripted", ""});
       };
       auto none = [] { return caf::error{}; };
       return respond(self, scripted_op::create, {}, none, create, wrong_type);

@@ -140,7 +140,7 @@ public:
   void on_create_begin();
   /// The create in flight made a sandbox; returns its id (unique in the
   /// world).
-  std::string on_created();
+  std::string on_created(uint64_t actor = 0);
   /// The create in flight ended without a sandbox.
   void on_create_failed();
   /// The create in flight finished after its `create_deadline_s`: no
@@ -206,6 +206,8 @@ private:
     uint32_t polls = 0;
     /// The provider actor that carried out the first stop.
     uint32_t stopped_by = 0;
+    /// The provider actor that created it.
+    uint32_t created_by = 0;
     bool running = false;
   };
 

@@ -77,11 +77,11 @@ void scripted_world::on_create_begin() {
   peak_creating_ = std::max(peak_creating_, ++creating_);
 }
 
-std::string scripted_world::on_created() {
+std::string scripted_world::on_created(uint64_t actor) {
   guard g{mtx_};
   --creating_;
   auto id = id_of(sandboxes_.size());
-  sandboxes_.emplace_back();
+  sandboxes_.emplace_back().created_by = static_cast<uint32_t>(actor);
   peak_starting_ = std::max(peak_starting_, ++starting_);
   return id;
 }
@@ -262,8 +262,17 @@ json scripted_world::to_json_locked() const {
   for (size_t i = 0; i < faults_.size(); ++i)
     faults[std::string{to_string(static_cast<scripted_fault>(i))}] = faults_[i];
   uint64_t not_once = 0;
-  for (auto& sb : sandboxes_)
+  // The first few sandboxes still running, to find a leak's history.
+  json live_ids = json::array();
+  for (size_t i = 0; i < sandboxes_.size(); ++i) {
+    auto& sb = sandboxes_[i];
     not_once += sb.stops != 1 ? 1 : 0;
+    if (sb.stops == 0 && live_ids.size() < 10)
+      live_ids.push_back(json{{"id", id_of(i)},
+                              {"created_by", sb.created_by},
+                              {"polls", sb.polls},
+                              {"running", sb.running}});
+  }
   return json{{"creates", sandboxes_.size()},
               {"stopped", stopped_},
               {"live", sandboxes_.size() - stopped_},
@@ -273,6 +282,7 @@ json scripted_world::to_json_locked() const {
               {"abandoned_creates", abandoned_creates_},
               {"unknown_stops", unknown_stops_},
               {"not_stopped_once", not_once},
+              {"live_ids", live_ids},
               {"peak_starting", peak_starting_},
               {"creating", creating_},
               {"peak_creating", peak_creating_},

@@ -604,6 +604,34 @@ TEST_CASE_METHOD(fixture, "a late create keeps its create slot until the "
   CHECK(s.creating == 0);
 }
 
+TEST_CASE_METHOD(fixture, "a late sandbox whose stop crashes the provider "
+                          "is stopped by the replacement") {
+  scripted_script script;
+  script.steps[scripted_op::create] = {
+    scripted_step{scripted_fault::delay, 15s, false}};
+  script.steps[scripted_op::stop] = {scripted_step{scripted_fault::crash}};
+  start(std::move(script), restarting());
+  submit(make_request("late"));
+  check_failure(reply_exactly_at(10s), failure_kind::provider_unavailable,
+                verification_state::create, failure_cause::timeout);
+  // At 15 s the sandbox comes; its stop crashes the provider before it runs.
+  run_for(5s);
+  REQUIRE(ledger->creates() == 1);
+  CHECK(ledger->crashes() == 1);
+  run_for(1s);
+  CHECK(ledger->stops() == 2);
+  CHECK(ledger->live() == 0);
+  run_for(60s);
+  expect_all_stopped_once();
+  auto s = stats();
+  CHECK(s.provider_restarts == 1);
+  CHECK(s.sandboxes_created == 1);
+  CHECK(s.sandboxes_stopped == 1);
+  CHECK(s.stop_failures == 0);
+  CHECK(s.creating == 0);
+  CHECK(s.cleanup_pending == 0);
+}
+
 TEST_CASE_METHOD(fixture, "a late create after a provider death settles "
                           "and frees its slot") {
   scripted_script script;
@@ -676,6 +704,49 @@ TEST_CASE_METHOD(fixture, "an orphan the replacement does not know is "
   CHECK(s.sandboxes_created == 1);
   CHECK(s.sandboxes_stopped == 1);
   CHECK(s.stop_failures == 0);
+}
+
+TEST_CASE_METHOD(fixture, "an orphan whose stop crashes the replacement "
+                          "is stopped by the next replacement") {
+  // The soak's leak (seeds 20261201, 20261203): a replacement crashed while
+  // handling an orphan's stop, before carrying it out; the supervisor's stop
+  // request got no answer and no bounce, timed out and counted a stop
+  // failure, and the sandbox ran on.
+  auto cfg = restarting();
+  auto replacements = std::make_shared<int>(0);
+  cfg.restart_provider = [this, replacements](caf::actor_system& sys) {
+    scripted_script script;
+    if ((*replacements)++ == 0)
+      script.steps[scripted_op::stop] = {scripted_step{scripted_fault::crash}};
+    auto hdl = spawn_scripted_provider(sys, std::move(script), ledger);
+    spawned.push_back(caf::actor_cast<caf::actor>(hdl));
+    return hdl;
+  };
+  start(fault_at(scripted_op::exec, scripted_fault::hang), cfg);
+  submit();
+  run();
+  REQUIRE(ledger->creates() == 1);
+  caf::anon_send_exit(provider, caf::exit_reason::kill);
+  check_failure(reply_now(), failure_kind::provider_unavailable,
+                verification_state::exec, failure_cause::node_down);
+  // The first replacement took the orphan's stop and crashed on it.
+  CHECK(ledger->crashes() == 1);
+  CHECK(ledger->stops() == 1);
+  CHECK(ledger->live() == 1);
+  // The second replacement (after the 100 ms backoff) stops it, long
+  // before the lost stop's 50 s timeout.
+  run_for(100ms);
+  CHECK(*replacements == 2);
+  CHECK(ledger->stops() == 2);
+  CHECK(ledger->live() == 0);
+  run_for(60s);
+  expect_all_stopped_once();
+  auto s = stats();
+  CHECK(s.provider_restarts == 2);
+  CHECK(s.sandboxes_created == 1);
+  CHECK(s.sandboxes_stopped == 1);
+  CHECK(s.stop_failures == 0);
+  CHECK(s.cleanup_pending == 0);
 }
 
 TEST_CASE_METHOD(tapped_fixture, "a verification that dies while stopping "
