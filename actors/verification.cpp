@@ -26,6 +26,7 @@
 #include "messages/errors.hpp"
 #include "messages/validation.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <caf/detail/type_traits.hpp>
 #include <caf/sec.hpp>
@@ -180,6 +181,13 @@ sandbox_spec take_sandbox_spec(verification_request& req,
 }
 
 // -- the deadline timer -------------------------------------------------------
+
+/// The shortest deadline of any state, in seconds.
+double earliest_state_timeout(const verification_plan& p) {
+  return std::min({p.ready_timeout_s, p.upload_timeout_s,
+                   p.exec_timeout_s + p.exec_grace_s, p.download_timeout_s,
+                   p.stop_timeout_s});
+}
 
 void on_timer(self_ptr self);
 
@@ -812,6 +820,11 @@ behavior verification(self_ptr self, verification_request req,
   st.started = st.state_started = self->clock().now();
   st.timer_id =
     self->new_request_id(caf::message_priority::normal).response_id();
+  // Armed once, at the earliest deadline any state can have: every state
+  // begins after `started`, so this never fires too late; when it fires
+  // early it moves on to the current state's deadline (`on_timer`). Most
+  // verifications end before it: one set and one cancel in all.
+  arm(self, st.started + seconds(earliest_state_timeout(plan)));
   // Stale timers and late replies are normal: logged and dropped, never
   // printed to stdout or answered with an error that kills this actor.
   self->set_default_handler(log_and_drop_unexpected);
