@@ -1,5 +1,6 @@
 #include "actors/scheduler.hpp"
 
+#include <atomic>
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 #include <caf/detail/set_thread_name.hpp>
@@ -11,6 +12,7 @@
 #include <condition_variable>
 #include <map>
 #include <mutex>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -297,6 +299,103 @@ private:
 /// with many runnable actors (100,000 verifications in flight) every steal
 /// cost O(queue length) and stalled the victim.
 struct lean_stealing : caf::policy::work_stealing {
+  /// A worker's jobs: a ring buffer under a spinlock. CAF's
+  /// `double_ended_queue` allocates a node for every job it queues (every
+  /// time an idle actor gets a message), freed by whichever thread takes
+  /// the job: ~14 mallocs per verification, most of them freed on another
+  /// thread. This one allocates only when it grows and never shrinks.
+  class job_queue {
+  public:
+    job_queue() : buf_(initial_capacity) {
+      // nop
+    }
+
+    job_queue(const job_queue&) : job_queue() {
+      // nop: workers are made by copying a prototype, before any job
+    }
+
+    job_queue& operator=(const job_queue&) = delete;
+
+    /// At the back (a job resumed later, or enqueued from outside).
+    void append(caf::resumable* job) {
+      guard g{lock_};
+      grow_if_full();
+      buf_[(head_ + size_) & (buf_.size() - 1)] = job;
+      size_.store(size_ + 1, std::memory_order_relaxed);
+    }
+
+    /// At the front (a job enqueued by this worker's own actors).
+    void prepend(caf::resumable* job) {
+      guard g{lock_};
+      grow_if_full();
+      head_ = (head_ + buf_.size() - 1) & (buf_.size() - 1);
+      buf_[head_] = job;
+      size_.store(size_ + 1, std::memory_order_relaxed);
+    }
+
+    caf::resumable* take_head() {
+      if (empty())
+        return nullptr;
+      guard g{lock_};
+      if (size_ == 0)
+        return nullptr;
+      auto job = buf_[head_];
+      head_ = (head_ + 1) & (buf_.size() - 1);
+      size_.store(size_ - 1, std::memory_order_relaxed);
+      return job;
+    }
+
+    /// A hint without the lock (exact under it).
+    bool empty() const { return size_.load(std::memory_order_relaxed) == 0; }
+
+  private:
+    static constexpr size_t initial_capacity = 1024; // a power of two
+
+    struct guard {
+      explicit guard(std::atomic_flag& f) : flag(f) {
+        while (flag.test_and_set(std::memory_order_acquire))
+          std::this_thread::yield();
+      }
+      ~guard() { flag.clear(std::memory_order_release); }
+      std::atomic_flag& flag;
+    };
+
+    void grow_if_full() {
+      if (size_ < buf_.size())
+        return;
+      std::vector<caf::resumable*> bigger(buf_.size() * 2);
+      for (size_t i = 0; i < size_; ++i)
+        bigger[i] = buf_[(head_ + i) & (buf_.size() - 1)];
+      buf_.swap(bigger);
+      head_ = 0;
+    }
+
+    std::atomic_flag lock_ = ATOMIC_FLAG_INIT;
+    std::vector<caf::resumable*> buf_;
+    size_t head_ = 0;
+    std::atomic<size_t> size_{0};
+  };
+
+  /// CAF's worker data with the queue above (the base's functions that use
+  /// `d(self).queue` pick it up: they are templates on the worker).
+  struct worker_data {
+    explicit worker_data(caf::scheduler::abstract_coordinator* p)
+        : rengine(std::random_device{}()),
+          uniform(0, p->num_workers() > 0 ? p->num_workers() - 1 : 0) {
+      // nop
+    }
+
+    worker_data(const worker_data& other)
+        : rengine(std::random_device{}()), uniform(other.uniform) {
+      // nop
+    }
+
+    job_queue queue;
+    std::default_random_engine rengine;
+    std::uniform_int_distribution<size_t> uniform;
+    wait_strategy waitdata;
+  };
+
   /// Polls before a worker goes to sleep on its condition variable. Few:
   /// the cores are the sandboxes' (every poll yields the CPU, and a sleeping
   /// worker is woken by the next job from outside).
