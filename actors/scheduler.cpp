@@ -1,5 +1,6 @@
 #include "actors/scheduler.hpp"
 
+#include <array>
 #include <atomic>
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
@@ -12,6 +13,7 @@
 #include <condition_variable>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
 #include <vector>
@@ -19,6 +21,110 @@
 namespace sv {
 
 namespace {
+
+/// Fixed-size blocks for the clock's map nodes, kept for reuse: a timer
+/// costs no malloc once the pool is warm (CAF's clock allocates two map
+/// nodes per timer). Used only under the clock's lock. At most
+/// `max_free` blocks of each size stay free; the rest go back to malloc.
+class node_pool {
+public:
+  node_pool() = default;
+  node_pool(const node_pool&) = delete;
+  node_pool& operator=(const node_pool&) = delete;
+
+  ~node_pool() {
+    for (auto& l : lists_)
+      while (l.head != nullptr) {
+        auto next = l.head->next;
+        ::operator delete(l.head);
+        l.head = next;
+      }
+  }
+
+  void* get(size_t n) {
+    auto& l = list(n);
+    if (l.head == nullptr)
+      return ::operator new(n);
+    auto p = l.head;
+    l.head = p->next;
+    --l.count;
+    return p;
+  }
+
+  void put(void* p, size_t n) {
+    auto& l = list(n);
+    if (l.count >= max_free) {
+      ::operator delete(p);
+      return;
+    }
+    auto b = static_cast<block*>(p);
+    b->next = l.head;
+    l.head = b;
+    ++l.count;
+  }
+
+private:
+  static constexpr size_t max_free = 16384;
+
+  struct block {
+    block* next;
+  };
+
+  struct free_list {
+    size_t size = 0;
+    block* head = nullptr;
+    size_t count = 0;
+  };
+
+  free_list& list(size_t n) {
+    for (auto& l : lists_) {
+      if (l.size == n)
+        return l;
+      if (l.size == 0) {
+        l.size = n;
+        return l;
+      }
+    }
+    return overflow_; // never: two node types
+  }
+
+  std::array<free_list, 4> lists_;
+  free_list overflow_;
+};
+
+/// An allocator on a node_pool (for the clock's maps).
+template <class T>
+struct pool_allocator {
+  using value_type = T;
+
+  explicit pool_allocator(node_pool* pool) : pool(pool) {
+    // nop
+  }
+
+  template <class U>
+  pool_allocator(const pool_allocator<U>& other) : pool(other.pool) {
+    // nop
+  }
+
+  T* allocate(size_t n) {
+    static_assert(sizeof(T) >= sizeof(void*));
+    return static_cast<T*>(pool->get(n * sizeof(T)));
+  }
+
+  void deallocate(T* p, size_t n) { pool->put(p, n * sizeof(T)); }
+
+  template <class U>
+  bool operator==(const pool_allocator<U>& other) const {
+    return pool == other.pool;
+  }
+
+  template <class U>
+  bool operator!=(const pool_allocator<U>& other) const {
+    return pool != other.pool;
+  }
+
+  node_pool* pool;
+};
 
 /// The clock: every timeout and delayed message of the system, fired by one
 /// thread ("caf.clock") that sleeps until the earliest deadline (CAF's clock
@@ -65,10 +171,42 @@ public:
     }
   };
 
-  using schedule_map = std::multimap<time_point, timer>;
-  using node = schedule_map::node_type;
-  /// Timers taken out under the lock, shipped or destroyed after it.
-  using batch = std::vector<node>;
+  using schedule_map =
+    std::multimap<time_point, timer, std::less<time_point>,
+                  pool_allocator<std::pair<const time_point, timer>>>;
+
+  /// Timers taken out under the lock (moved out of their map nodes, which
+  /// go back to the pool there), shipped or destroyed after it. The first
+  /// one inline: a cancel allocates nothing.
+  class batch {
+  public:
+    void push(timer&& x) {
+      if (!first_)
+        first_.emplace(std::move(x));
+      else
+        rest_.push_back(std::move(x));
+    }
+
+    template <class F>
+    void each(F f) {
+      if (!first_)
+        return;
+      f(*first_);
+      for (auto& x : rest_)
+        f(x);
+    }
+
+    bool empty() const { return !first_; }
+
+    void clear() {
+      first_.reset();
+      rest_.clear();
+    }
+
+  private:
+    std::optional<timer> first_;
+    std::vector<timer> rest_;
+  };
 
   ~quiet_clock() override {
     // Normally empty: run() drains the schedule when it stops.
@@ -181,8 +319,7 @@ public:
       }
       if (due.empty())
         break; // done_
-      for (auto& x : due)
-        ship(x.mapped());
+      due.each([](timer& x) { ship(x); });
       due.clear(); // destroys the timers, unlocked
     }
     batch rest;
@@ -201,7 +338,15 @@ public:
   }
 
 private:
-  using lookup_map = std::multimap<caf::actor_id, schedule_map::iterator>;
+  using lookup_map = std::multimap<
+    caf::actor_id, schedule_map::iterator, std::less<caf::actor_id>,
+    pool_allocator<std::pair<const caf::actor_id, schedule_map::iterator>>>;
+
+  /// Moves the timer at `i` into `out` and frees its node (under the lock).
+  void take(schedule_map::iterator i, batch& out) {
+    out.push(std::move(i->second));
+    schedule_.erase(i);
+  }
 
   /// Adds `x` to the schedule (under the lock); wakes the timer thread if
   /// `x` is the new earliest deadline.
@@ -224,7 +369,7 @@ private:
     auto range = lookup_.equal_range(aid);
     for (auto i = range.first; i != range.second;) {
       if (pred(i->second->second)) {
-        out.push_back(schedule_.extract(i->second));
+        take(i->second, out);
         i = lookup_.erase(i);
       } else {
         ++i;
@@ -239,7 +384,7 @@ private:
       auto i = schedule_.begin();
       if (i->second.cancellable())
         unlink(i->second.actor->id(), i);
-      out.push_back(schedule_.extract(i));
+      take(i, out);
     }
   }
 
@@ -258,7 +403,7 @@ private:
     std::lock_guard<std::mutex> guard{mtx_};
     lookup_.clear();
     while (!schedule_.empty())
-      out.push_back(schedule_.extract(schedule_.begin()));
+      take(schedule_.begin(), out);
   }
 
   /// Delivers a due timer (never under the lock).
@@ -286,8 +431,10 @@ private:
   std::mutex mtx_;
   std::condition_variable cv_;
   bool done_ = false;
-  schedule_map schedule_;
-  lookup_map lookup_;
+  /// Before the maps: destroyed after them.
+  node_pool pool_;
+  schedule_map schedule_{pool_allocator<schedule_map::value_type>{&pool_}};
+  lookup_map lookup_{pool_allocator<lookup_map::value_type>{&pool_}};
 };
 
 } // namespace
