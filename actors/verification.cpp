@@ -168,9 +168,17 @@ sandbox_spec take_sandbox_spec(verification_request& req,
   spec.ready_timeout_s = req.config.ready_timeout_s;
   spec.ttl_s = req.config.ready_timeout_s + req.exec_timeout_s + ttl_margin_s;
   spec.env = req.config.env; // exec needs it too
-  spec.metadata =
-    default_metadata.is_object() ? default_metadata : json::object();
-  spec.metadata.update(req.metadata);
+  // The default's, then the submission's, then the config's (later keys
+  // win). Without a default the submission's object is moved, not copied.
+  if (default_metadata.is_object() && !default_metadata.empty()) {
+    spec.metadata = default_metadata;
+    spec.metadata.update(req.metadata);
+  } else if (req.metadata.is_object()) {
+    spec.metadata = std::move(req.metadata);
+  } else {
+    spec.metadata = json::object();
+    spec.metadata.update(req.metadata); // throws, as validation would
+  }
   spec.metadata.update(req.config.metadata);
   spec.resources = std::move(req.config.resources);
   spec.provider_options = std::move(req.config.provider_options);

@@ -447,3 +447,31 @@ TEST_CASE("many actors on few workers all run") {
     receive_or_die<done_atom>(self, 20s, "an answer");
   caf::anon_send_exit(server, caf::exit_reason::user_shutdown);
 }
+
+namespace {
+
+void counted(caf::event_based_actor*, std::shared_ptr<std::atomic<int>> ran) {
+  ++*ran;
+}
+
+/// Spawns `n` children in one go: with one worker they all wait in its
+/// queue (prepended by this worker) until this handler returns.
+void fan_out(caf::event_based_actor* self, int n,
+             std::shared_ptr<std::atomic<int>> ran) {
+  for (int i = 0; i < n; ++i)
+    self->spawn(counted, ran);
+}
+
+} // namespace
+
+TEST_CASE("a worker's job queue grows past its first capacity and loses "
+          "no job") {
+  auto workers = GENERATE(1, 2);
+  real_config cfg{static_cast<size_t>(workers)};
+  caf::actor_system sys{cfg};
+  auto ran = std::make_shared<std::atomic<int>>(0);
+  constexpr int n = 5000; // the queue starts with room for 1,024
+  sys.spawn(fan_out, n, ran);
+  wait_or_die([&] { return ran->load() == n; }, 20s, "every child running");
+  CHECK(ran->load() == n);
+}

@@ -136,6 +136,21 @@ TEST_CASE_METHOD(fixture, "exec deadline: exec_timeout_s plus grace, no "
   CHECK(ledger->not_stopped_once().empty());
 }
 
+TEST_CASE_METHOD(fixture, "the deadline timer fires early at the shortest "
+                          "state timeout and moves on to the state's own") {
+  // Armed once at spawn, at the shortest deadline of any state (here the
+  // stop's 2 s): in exec it fires early and re-arms for exec's 35 s.
+  start(fault_at(scripted_op::exec, scripted_fault::hang));
+  auto req = make_request();
+  req.config.stop_timeout_s = 2;
+  submit(std::move(req));
+  auto out = reply_exactly_at(35s);
+  check_failure(out, failure_kind::provider_unavailable,
+                verification_state::exec, failure_cause::timeout);
+  CHECK(out.timings.exec == 35000.0);
+  CHECK(ledger->not_stopped_once().empty());
+}
+
 TEST_CASE_METHOD(fixture, "download deadline: download_timeout_s") {
   start(fault_at(scripted_op::download, scripted_fault::hang));
   submit();
