@@ -8,7 +8,9 @@
 // - the worker loop skips a per-job cross-cast for a logger that Debian's
 //   build compiles out;
 // - idle workers steal a victim's oldest job in O(1) (CAF walks the whole
-//   job list for every steal, quadratic with many runnable actors).
+//   job list for every steal, quadratic with many runnable actors);
+// - a worker's jobs wait in a ring buffer, not a list with a malloc per
+//   queued job, and the clock takes its map nodes from a pool.
 
 #include <cstddef>
 #include <optional>
