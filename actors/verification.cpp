@@ -33,6 +33,7 @@
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
 #include <cstdio>
+#include <optional>
 #include <spdlog/spdlog.h>
 
 namespace sv {
@@ -92,6 +93,8 @@ struct verification_actor_state {
   caf::actor_clock::time_point ready_deadline;
   caf::timespan poll_delay = first_poll_delay;
   verification_outcome outcome;
+  /// The behaviour of every state that does not poll (`plain_state`).
+  std::optional<behavior> plain;
 
   // -- the one deadline timer (see the top of the file) --
   /// The current state's deadline and its handler (none between states).
@@ -436,10 +439,15 @@ behavior state_behavior(self_ptr self, OnPoll on_poll, OnLost on_lost) {
           }};
 }
 
-/// A state that does not poll.
+/// A state that does not poll (create, upload, exec, download, stop): one
+/// behaviour, made once and shared (a copy is a reference), so these state
+/// changes allocate nothing.
 behavior plain_state(self_ptr self) {
-  return state_behavior(
-    self, [] {}, [=] { on_provider_lost(self); });
+  auto& st = self->state;
+  if (!st.plain)
+    st.plain = state_behavior(
+      self, [] {}, [=] { on_provider_lost(self); });
+  return *st.plain;
 }
 
 // -- the states, in order -----------------------------------------------------
@@ -556,8 +564,7 @@ behavior enter_create(self_ptr self, sandbox_spec spec) {
               fail_provider(self, err, st.plan.ready_timeout_s);
             }
           });
-  return state_behavior(
-    self, [] {}, [=] { on_provider_lost(self); });
+  return plain_state(self);
 }
 
 /// The create + ready deadline passed in ready.
