@@ -13,6 +13,7 @@
 #include <condition_variable>
 #include <map>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <random>
 #include <thread>
@@ -57,9 +58,7 @@ public:
       ::operator delete(p);
       return;
     }
-    auto b = static_cast<block*>(p);
-    b->next = l.head;
-    l.head = b;
+    l.head = new (p) block{l.head};
     ++l.count;
   }
 
