@@ -43,23 +43,23 @@ public:
   }
 
   void* get(size_t n) {
-    auto& l = list(n);
-    if (l.head == nullptr)
+    auto l = list(n);
+    if (l == nullptr || l->head == nullptr)
       return ::operator new(n);
-    auto p = l.head;
-    l.head = p->next;
-    --l.count;
+    auto p = l->head;
+    l->head = p->next;
+    --l->count;
     return p;
   }
 
   void put(void* p, size_t n) {
-    auto& l = list(n);
-    if (l.count >= max_free) {
+    auto l = list(n);
+    if (l == nullptr || l->count >= max_free) {
       ::operator delete(p);
       return;
     }
-    l.head = new (p) block{l.head};
-    ++l.count;
+    l->head = new (p) block{l->head};
+    ++l->count;
   }
 
 private:
@@ -75,20 +75,21 @@ private:
     size_t count = 0;
   };
 
-  free_list& list(size_t n) {
+  /// The free list of blocks of `n` bytes, or nullptr when all lists
+  /// serve other sizes (never: the clock has two node types).
+  free_list* list(size_t n) {
     for (auto& l : lists_) {
       if (l.size == n)
-        return l;
+        return &l;
       if (l.size == 0) {
         l.size = n;
-        return l;
+        return &l;
       }
     }
-    return overflow_; // never: two node types
+    return nullptr;
   }
 
   std::array<free_list, 4> lists_;
-  free_list overflow_;
 };
 
 /// An allocator on a node_pool (for the clock's maps).
