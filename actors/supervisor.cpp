@@ -117,10 +117,14 @@ struct lingering_create {
 
 /// supervisor -> itself: the backoff before a restart is over.
 using restart_timer_atom = caf::atom_constant<caf::atom("restartdue")>;
+/// supervisor -> itself: the wait of the `await_stops` with this token is
+/// over.
+using stops_due_atom = caf::atom_constant<caf::atom("stopsdue")>;
 
 using supervisor_impl =
-  supervisor_actor::extend_with<verification_parent_actor>::extend<
-    caf::reacts_to<restart_timer_atom, uint64_t>>;
+  supervisor_actor::extend_with<verification_parent_actor>::extend_with<
+    stop_waiter_actor>::extend<caf::reacts_to<restart_timer_atom, uint64_t>,
+                               caf::reacts_to<stops_due_atom, uint64_t>>;
 
 struct supervisor_state {
   static inline const char* name = "sv.supervisor";
@@ -167,9 +171,74 @@ struct supervisor_state {
   uint32_t consecutive_restarts = 0;
   /// Tags the backoff timer (a stale one does nothing).
   uint64_t restart_gen = 0;
+
+  // -- waiters for the stops (await_stops) --
+  /// Each answered once: when no stop is outstanding, at its timer
+  /// (`stops_due`, by token), or when the supervisor exits.
+  std::unordered_map<uint64_t, caf::typed_response_promise<uint64_t>>
+    stop_waiters;
+  uint64_t next_stop_waiter = 0;
+
+  /// Stops behind replies, orphans waiting or being stopped, late creates.
+  uint64_t stops_outstanding() const {
+    return stopping + orphan_stops.size() + orphans.size() + lingering.size();
+  }
+
+  supervisor_state() = default;
+  supervisor_state(const supervisor_state&) = delete;
+  supervisor_state& operator=(const supervisor_state&) = delete;
+
+  /// The actor is exiting (CAF destroys the state in on_exit, whatever the
+  /// reason): the waiters it owns hear what is still outstanding.
+  ~supervisor_state() {
+    auto left = stops_outstanding();
+    for (auto& [token, rp] : stop_waiters)
+      rp.deliver(left);
+  }
 };
 
 using self_ptr = supervisor_impl::stateful_pointer<supervisor_state>;
+
+// -- waiters for the stops ----------------------------------------------------
+
+/// Answers every `await_stops` once nothing is outstanding any more. Called
+/// after each event that can end a stop (down messages, orphan stop replies,
+/// restart outcomes, reports).
+void answer_stop_waiters(self_ptr self) {
+  auto& st = self->state;
+  if (st.stop_waiters.empty() || st.stops_outstanding() != 0)
+    return;
+  auto waiters = std::move(st.stop_waiters);
+  st.stop_waiters.clear();
+  for (auto& [token, rp] : waiters)
+    rp.deliver(uint64_t{0});
+}
+
+caf::typed_response_promise<uint64_t> await_stops_request(self_ptr self,
+                                                          caf::timespan wait) {
+  auto& st = self->state;
+  auto rp = self->make_response_promise<uint64_t>();
+  if (auto left = st.stops_outstanding();
+      left == 0 || wait <= caf::timespan{0}) {
+    rp.deliver(left);
+    return rp;
+  }
+  auto token = st.next_stop_waiter++;
+  st.stop_waiters.emplace(token, rp);
+  self->delayed_send(self, wait, stops_due_atom::value, token);
+  return rp;
+}
+
+/// The wait of one `await_stops` is over: it hears what is still running.
+void stops_due(self_ptr self, uint64_t token) {
+  auto& st = self->state;
+  auto i = st.stop_waiters.find(token);
+  if (i == st.stop_waiters.end())
+    return; // answered already
+  auto rp = std::move(i->second);
+  st.stop_waiters.erase(i);
+  rp.deliver(st.stops_outstanding());
+}
 
 verification_outcome rejection(std::string id, failure_kind kind,
                                verification_state state, failure_cause cause,
@@ -262,6 +331,25 @@ void count_stop(self_ptr self, stop_status how) {
 
 void adopt(self_ptr self, orphan_sandbox orphan);
 
+/// An orphan's stop failed: one that bounced never ran (it waits for the
+/// next provider); one whose sandbox is gone already counts as stopped.
+void orphan_stop_failed(self_ptr self, orphan_sandbox orphan,
+                        const caf::error& err) {
+  if (err == caf::sec::request_receiver_down) {
+    adopt(self, std::move(orphan));
+    return;
+  }
+  if (provider_error_code(err) ==
+      static_cast<uint8_t>(provider_errc::no_such_sandbox)) {
+    // Gone already (the dead provider's teardown removed it).
+    count_stop(self, stop_status::stopped);
+    return;
+  }
+  spdlog::warn("stopping the orphaned sandbox {} failed: {}",
+               orphan.handle.sandbox_id, describe(err));
+  count_stop(self, stop_status::failed);
+}
+
 /// Stops an orphan through the current provider, once. A stop that bounced
 /// from a closed mailbox never ran: the orphan waits for the next provider.
 void stop_orphan(self_ptr self, orphan_sandbox orphan) {
@@ -287,25 +375,12 @@ void stop_orphan(self_ptr self, orphan_sandbox orphan) {
       [=](ok_atom) {
         if (take())
           count_stop(self, stop_status::stopped);
+        answer_stop_waiters(self);
       },
       [=](caf::error& err) {
-        auto taken = take();
-        if (!taken)
-          return;
-        auto orphan = std::move(*taken);
-        if (err == caf::sec::request_receiver_down) {
-          adopt(self, std::move(orphan));
-          return;
-        }
-        if (provider_error_code(err) ==
-            static_cast<uint8_t>(provider_errc::no_such_sandbox)) {
-          // Gone already (the dead provider's teardown removed it).
-          count_stop(self, stop_status::stopped);
-          return;
-        }
-        spdlog::warn("stopping the orphaned sandbox {} failed: {}",
-                     orphan.handle.sandbox_id, describe(err));
-        count_stop(self, stop_status::failed);
+        if (auto taken = take())
+          orphan_stop_failed(self, std::move(*taken), err);
+        answer_stop_waiters(self);
       });
 }
 
@@ -374,12 +449,14 @@ void run_restart(self_ptr self) {
                      st.stats.provider_restarts);
         adopt_waiting_orphans(self);
         start_queued(self);
+        answer_stop_waiters(self);
       },
       [=](caf::error& err) {
         // Too late or failed: whatever it still builds is not ours.
         caf::anon_send(restarter, abandon_atom::value);
         spdlog::error("could not restart the provider: {}", describe(err));
-        schedule_restart(self);
+        schedule_restart(self); // giving up drops the orphans
+        answer_stop_waiters(self);
       });
 }
 
@@ -743,7 +820,10 @@ supervisor(self_ptr self, provider_actor provider, supervisor_config cfg) {
   st.budget = retry_budget{cfg.retry};
   self->set_default_handler(log_and_drop_unexpected);
   self->monitor(st.provider);
-  self->set_down_handler([=](caf::down_msg& dm) { on_down(self, dm); });
+  self->set_down_handler([=](caf::down_msg& dm) {
+    on_down(self, dm);
+    answer_stop_waiters(self);
+  });
   return {
     [=](verify_atom, verification_request& req) { return admit(self, req); },
     [=](cancel_atom, const std::string& id) { cancel(self, id); },
@@ -781,6 +861,7 @@ supervisor(self_ptr self, provider_actor provider, supervisor_config cfg) {
     },
     [=](verified_atom, verification_outcome& out, stop_status how) {
       on_verified(self, out, how);
+      answer_stop_waiters(self);
     },
     [=](crashed_atom, verification_state state, std::string& what) {
       if (auto entry = entry_of(self)) {
@@ -792,6 +873,10 @@ supervisor(self_ptr self, provider_actor provider, supervisor_config cfg) {
       if (gen == self->state.restart_gen && self->state.restarting)
         run_restart(self);
     },
+    [=](await_stops_atom, caf::timespan wait) {
+      return await_stops_request(self, wait);
+    },
+    [=](stops_due_atom, uint64_t token) { stops_due(self, token); },
   };
 }
 
@@ -806,24 +891,20 @@ supervisor_actor spawn_supervisor(caf::actor_system& sys,
 
 bool await_stops(caf::actor_system& sys, const supervisor_actor& sup,
                  std::chrono::nanoseconds limit) {
-  auto until = std::chrono::steady_clock::now() + limit;
+  // The supervisor answers at `limit` at the latest; the margin covers a
+  // busy mailbox, so a supervisor that never answers still ends the wait.
+  auto wait = std::max(caf::timespan{0}, caf::timespan{limit});
   caf::scoped_actor self{sys};
-  for (;;) {
-    std::optional<uint64_t> stopping;
-    self->request(sup, std::chrono::seconds{10}, stats_atom::value)
-      .receive(
-        [&](supervisor_stats& s) { stopping = s.stopping + s.cleanup_pending; },
-        [](caf::error&) {});
-    if (!stopping)
-      return false;
-    if (*stopping == 0)
-      return true;
-    if (std::chrono::steady_clock::now() >= until) {
-      spdlog::warn("{} sandboxes still stopping", *stopping);
-      return false;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds{2});
-  }
+  std::optional<uint64_t> left;
+  self
+    ->request(caf::actor_cast<stop_waiter_actor>(sup),
+              wait + std::chrono::seconds{10}, await_stops_atom::value, wait)
+    .receive([&](uint64_t n) { left = n; }, [](caf::error&) {});
+  if (!left)
+    return false;
+  if (*left > 0)
+    spdlog::warn("{} sandboxes still stopping", *left);
+  return *left == 0;
 }
 
 } // namespace sv

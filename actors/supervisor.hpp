@@ -7,6 +7,10 @@
 #include "actors/retry.hpp"
 #include "messages/provider.hpp"
 
+#include <caf/atom.hpp>
+#include <caf/replies_to.hpp>
+#include <caf/timespan.hpp>
+#include <caf/typed_actor.hpp>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -79,11 +83,23 @@ supervisor_actor spawn_supervisor(caf::actor_system& sys,
                                   provider_actor provider,
                                   supervisor_config cfg = {});
 
+using await_stops_atom = caf::atom_constant<caf::atom("awaitstops")>;
+
+/// What else a supervisor answers (reach it with an actor_cast of its
+/// handle): `(await_stops, wait)` is answered with the number of stops
+/// still outstanding (`supervisor_stats::stopping + cleanup_pending`: stops
+/// behind replies, orphans waiting or being stopped, late creates) as soon
+/// as it is 0, once `wait` has passed, or when the supervisor exits,
+/// whichever comes first. Any number of waiters.
+using stop_waiter_actor = caf::typed_actor<
+  caf::replies_to<await_stops_atom, caf::timespan>::with<uint64_t>>;
+
 /// Blocks (never on a scheduler thread) until `sup` has no stop behind a
 /// reply outstanding and nothing else to clean up after one (orphans, late
-/// creates), or `limit` passed, or it does not answer. True when
-/// none is left. For shutdown: the summary then counts every stop, and no
-/// sandbox is mid-stop when its provider goes.
+/// creates), or `limit` passed, or it does not answer (or exits). True when
+/// none is left. One request, answered by the supervisor (no polling). For
+/// shutdown: the summary then counts every stop, and no sandbox is mid-stop
+/// when its provider goes.
 bool await_stops(caf::actor_system& sys, const supervisor_actor& sup,
                  std::chrono::nanoseconds limit);
 

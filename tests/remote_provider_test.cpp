@@ -17,9 +17,11 @@
 #include <caf/scoped_actor.hpp>
 #include <caf/send.hpp>
 #include <catch2/catch.hpp>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <csignal>
+#include <cstdio>
 #include <fcntl.h>
 #include <filesystem>
 #include <fstream>
@@ -27,10 +29,17 @@
 #include <mutex>
 #include <poll.h>
 #include <set>
+#include <sstream>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
+
+// glibc 2.36's <sys/pidfd.h> lacks __BEGIN_DECLS (as
+// providers/local/host/pidfd.hpp notes).
+extern "C" {
+#include <sys/pidfd.h>
+}
 
 using namespace sv;
 using namespace std::chrono_literals;
@@ -44,6 +53,24 @@ namespace {
 namespace fs = std::filesystem;
 
 // -- an sv-serve child process ------------------------------------------------
+
+/// Polls `fd` for input until it is readable or `within` passed (EINTR
+/// resumes with what is left).
+bool wait_readable(int fd, std::chrono::milliseconds within) {
+  auto deadline = std::chrono::steady_clock::now() + within;
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+    if (left.count() < 0)
+      return false;
+    pollfd p{fd, POLLIN, 0};
+    auto n = ::poll(&p, 1, static_cast<int>(left.count()) + 1);
+    if (n > 0)
+      return true;
+    if (n == 0 || errno != EINTR)
+      return false;
+  }
+}
 
 /// A real sv-serve on port 0 of 127.0.0.1, stopped (bounded) at the end.
 class serve_process {
@@ -158,23 +185,93 @@ private:
     port_ = static_cast<uint16_t>(std::stoi(line.substr(pos + 23)));
   }
 
+  /// Waits (on a pidfd, at most `within`) for the server to exit and
+  /// reaps it.
   bool reap(std::chrono::milliseconds within) {
-    auto deadline = std::chrono::steady_clock::now() + within;
-    while (std::chrono::steady_clock::now() < deadline) {
-      int status = 0;
-      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        return true;
-      }
-      std::this_thread::sleep_for(20ms);
+    int fd = ::pidfd_open(pid_, 0);
+    if (fd >= 0) {
+      wait_readable(fd, within);
+      ::close(fd);
     }
-    return false;
+    int status = 0;
+    if (::waitpid(pid_, &status, WNOHANG) != pid_)
+      return false;
+    pid_ = -1;
+    return true;
   }
 
   std::string dir_;
   pid_t pid_ = -1;
   uint16_t port_ = 0;
 };
+
+/// Whether this network namespace has a TCP connection to 127.0.0.1:`port`
+/// that is established on the client's side (/proc/net/tcp: remote
+/// address and state 01); a FIN from the server turns it CLOSE_WAIT.
+bool client_connection_open(uint16_t port) {
+  std::ifstream in{"/proc/net/tcp"};
+  std::string line;
+  std::getline(in, line); // the header
+  char remote[32];
+  std::snprintf(remote, sizeof remote, "0100007F:%04X", port);
+  while (std::getline(in, line)) {
+    std::istringstream fields{line};
+    std::string slot, local, rem, state;
+    fields >> slot >> local >> rem >> state;
+    if (rem == remote && state == "01")
+      return true;
+  }
+  return false;
+}
+
+/// Waits (at most `within`) until the server has closed every client
+/// connection to `port`. The kernel pushes no such event to a process
+/// that does not own the socket, so this reads /proc/net/tcp every 5 ms.
+bool server_closed_connections(uint16_t port,
+                               std::chrono::milliseconds within) {
+  auto deadline = std::chrono::steady_clock::now() + within;
+  while (client_connection_open(port)) {
+    if (std::chrono::steady_clock::now() >= deadline)
+      return false;
+    std::this_thread::sleep_for(5ms);
+  }
+  return true;
+}
+
+/// Asks sv-serve's /metrics (a request at most every 10 ms, each bounded)
+/// until it has answered `n` requests with `code`, or `within` passed.
+/// sv-serve pushes nothing, so a test can only ask.
+bool server_answered(const serve_process& server, unsigned code, size_t n,
+                     std::chrono::milliseconds within) {
+  remote::http_pool_settings s;
+  s.host = "127.0.0.1";
+  s.port = static_cast<uint16_t>(std::stoi(server.url().substr(17)));
+  s.connections = 1;
+  remote::http_pool pool{s};
+  auto line = "sv_http_requests_total{code=\"" + std::to_string(code) + "\"} ";
+  auto deadline = std::chrono::steady_clock::now() + within;
+  bool reached = false;
+  while (!reached && std::chrono::steady_clock::now() < deadline) {
+    auto p = std::make_shared<std::promise<remote::http_outcome>>();
+    auto f = p->get_future();
+    remote::http_request req;
+    req.method = "GET";
+    req.target = "/metrics";
+    req.deadline = 5s;
+    pool.submit(req, [p](remote::http_outcome out) { p->set_value(out); });
+    if (f.wait_for(10s) != std::future_status::ready)
+      break;
+    auto out = f.get();
+    auto& text = out.response.body;
+    auto at = text.find(line);
+    if (out.ok && at != std::string::npos)
+      reached = std::stoull(text.substr(at + line.size())) >= n;
+    if (!reached)
+      std::this_thread::sleep_for(10ms);
+  }
+  pool.shut_down();
+  return reached;
+}
 
 json local_block() {
   return json{{"local", json{{"isolation", "none"}}}};
@@ -442,7 +539,9 @@ TEST_CASE("remote: a keep-alive connection the server closed idle is not "
   };
   auto first = get();
   CHECK((first.ok && first.response.status == 200));
-  std::this_thread::sleep_for(600ms); // the server's header deadline passes
+  // The server's header deadline (0.2 s) passes and it closes the idle
+  // connection: wait for its FIN to reach the pool's socket.
+  REQUIRE(server_closed_connections(s.port, 5s));
   auto second = get();
   CHECK((second.ok && second.response.status == 200));
   auto st = pool.stats();
@@ -481,16 +580,10 @@ TEST_CASE("remote: sv-serve killed mid-batch fails every verification as "
       cv.notify_all();
     });
   }
-  // Wait (bounded) until all are past create and ready.
-  auto deadline = std::chrono::steady_clock::now() + 10s;
-  for (;;) {
-    auto st = g.stats();
-    if (st.in_flight == count && st.creating == 0)
-      break;
-    REQUIRE(std::chrono::steady_clock::now() < deadline);
-    std::this_thread::sleep_for(20ms);
-  }
-  std::this_thread::sleep_for(200ms); // the exec requests are on the wire
+  // Wait (bounded) until every verification is in exec: the server has
+  // answered every upload (204; no stop runs before). An exec then either
+  // is on the wire or meets the dead server: both fail in exec.
+  REQUIRE(server_answered(server, 204, count, 10s));
   server.kill_now();
   {
     std::unique_lock<std::mutex> guard{mtx};

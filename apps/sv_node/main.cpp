@@ -229,24 +229,14 @@ int run(const cli_options& opts, const sigset_t& signals) {
   int sig = 0;
   sigwait(&signals, &sig);
   spdlog::warn("signal {}: draining (no new sandboxes)", sig);
-  {
-    caf::scoped_actor self{sys};
-    auto deadline = std::chrono::steady_clock::now() +
-                    std::chrono::duration<double>{opts.drain_timeout_s};
-    for (;;) {
-      uint32_t in_use = 0;
-      self->request(node, 5s, drain_atom::value)
-        .receive([&](uint32_t n) { in_use = n; },
-                 [&](caf::error&) { in_use = 0; });
-      if (in_use == 0)
-        break;
-      if (std::chrono::steady_clock::now() >= deadline) {
-        spdlog::warn("drain timeout: {} sandboxes still in use", in_use);
-        break;
-      }
-      std::this_thread::sleep_for(100ms);
-    }
-  }
+  // One request: the node answers when its last sandbox is stopped, or
+  // at the drain timeout.
+  if (auto in_use =
+        drain_node(sys, node,
+                   std::chrono::duration_cast<caf::timespan>(
+                     std::chrono::duration<double>{opts.drain_timeout_s}));
+      in_use > 0)
+    spdlog::warn("drain timeout: {} sandboxes still in use", in_use);
   if (joiner)
     caf::anon_send_exit(joiner, caf::exit_reason::user_shutdown);
   if (!opts.listen.empty())

@@ -9,9 +9,9 @@
 #include <caf/event_based_actor.hpp>
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
+#include <condition_variable>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -24,8 +24,10 @@ using end_atom = caf::atom_constant<caf::atom("end")>;
 /// Server-wide sequence of submission ids.
 std::atomic<uint64_t> next_id{1};
 
-/// Clients alive, so that shutdown reaches them all.
+/// Clients alive, so that shutdown reaches them all; `clients_gone` is
+/// notified when the last one ends.
 std::mutex clients_mtx;
+std::condition_variable clients_gone;
 std::unordered_map<caf::actor_id, caf::actor> clients;
 
 struct client_state {
@@ -105,6 +107,8 @@ caf::actor track(caf::actor hdl) {
   hdl->attach_functor([id = hdl.id()] {
     std::lock_guard<std::mutex> guard{clients_mtx};
     clients.erase(id);
+    if (clients.empty())
+      clients_gone.notify_all();
   });
   return hdl;
 }
@@ -145,17 +149,8 @@ void fetch_stats(caf::actor_system& sys, supervisor_actor supervisor,
 }
 
 bool wait_clients_gone(std::chrono::milliseconds timeout) {
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  for (;;) {
-    {
-      std::lock_guard<std::mutex> guard{clients_mtx};
-      if (clients.empty())
-        return true;
-    }
-    if (std::chrono::steady_clock::now() >= deadline)
-      return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds{5});
-  }
+  std::unique_lock<std::mutex> guard{clients_mtx};
+  return clients_gone.wait_for(guard, timeout, [] { return clients.empty(); });
 }
 
 } // namespace sv::serve

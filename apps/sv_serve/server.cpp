@@ -19,6 +19,7 @@
 #include <boost/beast/ssl.hpp>
 #include <csignal>
 #include <deque>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -47,6 +48,9 @@ struct shared_state {
   std::atomic<bool> draining{false};
   /// Requests whose verifications are not all answered yet.
   std::atomic<size_t> busy{0};
+  /// Set before the server runs (then only read): called, from any thread,
+  /// when `busy` drops to 0 while draining, so the drain ends at once.
+  std::function<void()> on_idle;
 };
 
 enum class route {
@@ -420,7 +424,10 @@ private:
   void release() {
     if (holding_busy_) {
       holding_busy_ = false;
-      --st_->busy;
+      // (busy, then draining; the drainer writes draining, then reads busy:
+      // one of the two sees the other's write.)
+      if (--st_->busy == 0 && st_->draining && st_->on_idle)
+        st_->on_idle();
     }
   }
 
@@ -757,10 +764,16 @@ class signal_handler : public std::enable_shared_from_this<signal_handler> {
 public:
   signal_handler(net::io_context& ioc, std::shared_ptr<shared_state> st,
                  std::shared_ptr<listener> lst)
-      : ioc_(ioc), signals_(ioc, SIGTERM, SIGINT, SIGHUP), timer_(ioc),
+      : ioc_(ioc), strand_(net::make_strand(ioc)),
+        signals_(strand_, SIGTERM, SIGINT, SIGHUP), timer_(strand_),
         st_(std::move(st)), listener_(std::move(lst)) {}
 
   void run() { wait(); }
+
+  /// The last request in flight is answered (any thread).
+  void wake() {
+    net::post(strand_, [self = shared_from_this()] { self->check_drained(); });
+  }
 
   int received() const { return received_; }
 
@@ -798,29 +811,43 @@ private:
     wait();
   }
 
+  /// Ends the drain when nothing is in flight (`wake`) or at its deadline
+  /// (the timer), whichever comes first; no polling.
   void check_drained() {
+    if (drained_ || received_ == 0)
+      return;
     if (st_->busy == 0 || std::chrono::steady_clock::now() >= deadline_) {
       if (st_->busy != 0)
         spdlog::warn("drain deadline passed with {} requests in flight",
                      st_->busy.load());
+      drained_ = true;
+      timer_.cancel();
       listener_->stop();
       ioc_.stop();
       return;
     }
-    timer_.expires_after(std::chrono::milliseconds{50});
+    if (timer_armed_)
+      return;
+    timer_armed_ = true;
+    timer_.expires_at(deadline_);
     timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
+      self->timer_armed_ = false;
       if (!ec)
         self->check_drained();
     });
   }
 
   net::io_context& ioc_;
+  /// Signals, the drain timer and `wake` run here, one at a time.
+  net::strand<net::io_context::executor_type> strand_;
   net::signal_set signals_;
   net::steady_timer timer_;
   std::shared_ptr<shared_state> st_;
   std::shared_ptr<listener> listener_;
   std::chrono::steady_clock::time_point deadline_;
   int received_ = 0;
+  bool timer_armed_ = false;
+  bool drained_ = false;
 };
 
 } // namespace
@@ -861,6 +888,10 @@ int run_server(const server_options& opts, const server_context& ctx) {
                              std::to_string(opts.port) + ": " + e.what());
   }
   auto signals = std::make_shared<signal_handler>(ioc, st, lst);
+  st->on_idle = [weak = std::weak_ptr<signal_handler>{signals}] {
+    if (auto handler = weak.lock())
+      handler->wake();
+  };
   signals->run();
   lst->run();
   auto ep = lst->local();

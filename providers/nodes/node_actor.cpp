@@ -6,6 +6,7 @@
 #include <caf/actor_system.hpp>
 #include <caf/event_based_actor.hpp>
 #include <caf/make_message.hpp>
+#include <caf/scoped_actor.hpp>
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
 #include <chrono>
@@ -34,10 +35,66 @@ struct node_state {
   std::map<std::string, caf::actor_addr> owner;
   /// Front -> the handles of the sandboxes it created.
   std::map<caf::actor_addr, std::map<std::string, sandbox_handle>> by_front;
+  /// `(drain, wait)` waiters by token, each answered once: when nothing is
+  /// in use, at its timer, or when the actor exits.
+  std::map<uint64_t, caf::typed_response_promise<uint32_t>> drain_waiters;
+  uint64_t next_drain_waiter = 0;
   static inline const char* name = "sv.node";
+
+  node_state() = default;
+  node_state(const node_state&) = delete;
+  node_state& operator=(const node_state&) = delete;
+
+  /// CAF destroys the state when the actor exits: its waiters hear it.
+  ~node_state() {
+    for (auto& [token, rp] : drain_waiters)
+      rp.deliver(in_use);
+  }
 };
 
-using self_ptr = node_actor::stateful_pointer<node_state>;
+/// node -> itself: the wait of the drain waiter with this token is over.
+using drain_due_atom = caf::atom_constant<caf::atom("draindue")>;
+
+using node_impl = node_actor::extend_with<node_drainer_actor>::extend<
+  caf::reacts_to<drain_due_atom, uint64_t>>;
+
+using self_ptr = node_impl::stateful_pointer<node_state>;
+
+/// Answers the drain waiters once nothing is in use.
+void answer_drain_waiters(self_ptr self) {
+  auto& st = self->state;
+  if (st.drain_waiters.empty() || st.in_use > 0)
+    return;
+  auto waiters = std::move(st.drain_waiters);
+  st.drain_waiters.clear();
+  for (auto& [token, rp] : waiters)
+    rp.deliver(uint32_t{0});
+}
+
+caf::typed_response_promise<uint32_t> drain_and_wait(self_ptr self,
+                                                     caf::timespan wait) {
+  auto& st = self->state;
+  st.draining = true;
+  auto rp = self->make_response_promise<uint32_t>();
+  if (st.in_use == 0 || wait <= caf::timespan{0}) {
+    rp.deliver(st.in_use);
+    return rp;
+  }
+  auto token = st.next_drain_waiter++;
+  st.drain_waiters.emplace(token, rp);
+  self->delayed_send(self, wait, drain_due_atom::value, token);
+  return rp;
+}
+
+void drain_due(self_ptr self, uint64_t token) {
+  auto& st = self->state;
+  auto i = st.drain_waiters.find(token);
+  if (i == st.drain_waiters.end())
+    return; // answered already
+  auto rp = std::move(i->second);
+  st.drain_waiters.erase(i);
+  rp.deliver(st.in_use);
+}
 
 void forget(self_ptr self, const std::string& id) {
   auto& st = self->state;
@@ -53,6 +110,7 @@ void forget(self_ptr self, const std::string& id) {
   st.owner.erase(i);
   if (st.in_use > 0)
     --st.in_use;
+  answer_drain_waiters(self);
 }
 
 uint64_t upload_size(const std::string& dir, const file_map& files) {
@@ -64,8 +122,8 @@ uint64_t upload_size(const std::string& dir, const file_map& files) {
 
 } // namespace
 
-node_actor::behavior_type node_behavior(self_ptr self, provider_actor inner,
-                                        node_limits limits) {
+node_impl::behavior_type node_behavior(self_ptr self, provider_actor inner,
+                                       node_limits limits) {
   self->state.inner = inner;
   self->state.limits = limits;
   self->set_default_handler(log_and_drop_unexpected);
@@ -86,12 +144,14 @@ node_actor::behavior_type node_behavior(self_ptr self, provider_actor inner,
           [=](ok_atom) {
             if (self->state.in_use > 0)
               --self->state.in_use;
+            answer_drain_waiters(self);
           },
           [=](caf::error& err) {
             spdlog::warn("stopping {} of a lost front failed: {}", id,
                          describe(err));
             if (self->state.in_use > 0)
               --self->state.in_use;
+            answer_drain_waiters(self);
           });
     }
   });
@@ -123,6 +183,7 @@ node_actor::behavior_type node_behavior(self_ptr self, provider_actor inner,
             if (self->state.in_use > 0)
               --self->state.in_use;
             rp.deliver(std::move(err));
+            answer_drain_waiters(self);
           });
       return rp;
     },
@@ -175,12 +236,29 @@ node_actor::behavior_type node_behavior(self_ptr self, provider_actor inner,
       self->state.draining = true;
       return self->state.in_use;
     },
+    [=](drain_atom, caf::timespan wait) { return drain_and_wait(self, wait); },
+    [=](drain_due_atom, uint64_t token) { drain_due(self, token); },
   };
 }
 
 node_actor spawn_node_actor(caf::actor_system& sys, provider_actor inner,
                             node_limits limits) {
-  return sys.spawn(node_behavior, std::move(inner), limits);
+  return caf::actor_cast<node_actor>(
+    sys.spawn(node_behavior, std::move(inner), limits));
+}
+
+uint32_t drain_node(caf::actor_system& sys, const node_actor& node,
+                    caf::timespan wait) {
+  // The node answers at the wait at the latest; the margin covers a busy
+  // mailbox, so one that never answers still ends the wait.
+  wait = std::max(caf::timespan{0}, wait);
+  caf::scoped_actor self{sys};
+  uint32_t in_use = 0;
+  self
+    ->request(caf::actor_cast<node_drainer_actor>(node), wait + 5s,
+              drain_atom::value, wait)
+    .receive([&](uint32_t n) { in_use = n; }, [](caf::error&) {});
+  return in_use;
 }
 
 } // namespace sv

@@ -8,6 +8,7 @@
 #include "messages/provider.hpp"
 
 #include <caf/atom.hpp>
+#include <caf/timespan.hpp>
 #include <cstdint>
 
 namespace sv {
@@ -33,6 +34,20 @@ struct node_limits {
   /// Bytes of one upload (paths and contents); beyond: invalid_argument.
   uint64_t max_upload_bytes = 64ull << 20;
 };
+
+/// What a node actor answers besides (not published: reach it with an
+/// actor_cast): `(drain, wait)` drains the node like `drain` and is
+/// answered with the sandboxes still in use as soon as none is, once
+/// `wait` passed, or when the node actor exits.
+using node_drainer_actor =
+  caf::typed_actor<caf::replies_to<drain_atom, caf::timespan>::with<uint32_t>>;
+
+/// Drains `node` (no new sandboxes) and blocks (main thread, never a
+/// scheduler thread) until none is in use or `wait` passed; one request,
+/// answered by the node. Returns the sandboxes still in use (0 also when
+/// the node does not answer).
+uint32_t drain_node(caf::actor_system& sys, const node_actor& node,
+                    caf::timespan wait);
 
 /// The node-side actor in front of `inner`: enforces the capacity, bounds
 /// uploads, remembers which front created which sandbox and, when a front

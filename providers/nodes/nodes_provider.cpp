@@ -23,7 +23,6 @@
 #include <map>
 #include <set>
 #include <spdlog/spdlog.h>
-#include <thread>
 
 namespace sv {
 
@@ -34,6 +33,9 @@ using std::chrono::duration_cast;
 
 using reconnect_atom = caf::atom_constant<caf::atom("nreconn")>;
 using tick_atom = caf::atom_constant<caf::atom("ntick")>;
+/// nodes provider -> itself: the wait of the capacity waiter with this
+/// token is over.
+using capacity_due_atom = caf::atom_constant<caf::atom("ncapdue")>;
 
 constexpr auto tick_interval = 1s;
 constexpr auto max_backoff = std::chrono::milliseconds{4000};
@@ -120,13 +122,51 @@ struct nodes_state {
   uint64_t next_call = 0;
   /// Accepts nodes that join (`listen`), linked to this provider.
   caf::actor registrar;
+  /// `nodes_capacity` waiters by token, each answered once: when a node
+  /// is up, at its timer, or when the provider exits.
+  std::map<uint64_t, caf::typed_response_promise<uint64_t>> capacity_waiters;
+  uint64_t next_capacity_waiter = 0;
   static inline const char* name = "sv.nodes_provider";
+
+  /// The summed capacity of the nodes up.
+  uint64_t capacity_up() const {
+    uint64_t total = 0;
+    for (auto& n : nodes)
+      if (n.up)
+        total += n.capacity;
+    return total;
+  }
+
+  nodes_state() = default;
+  nodes_state(const nodes_state&) = delete;
+  nodes_state& operator=(const nodes_state&) = delete;
+
+  /// CAF destroys the state when the actor exits: its waiters hear it.
+  ~nodes_state() {
+    auto total = capacity_up();
+    for (auto& [token, rp] : capacity_waiters)
+      rp.deliver(total);
+  }
 };
 
 using self_ptr = caf::stateful_actor<nodes_state>*;
 
 void place(self_ptr self, sandbox_spec spec,
            caf::typed_response_promise<sandbox_handle> rp, size_t tries);
+
+/// Answers the capacity waiters once a node with capacity is up.
+void answer_capacity_waiters(self_ptr self) {
+  auto& st = self->state;
+  if (st.capacity_waiters.empty())
+    return;
+  auto total = st.capacity_up();
+  if (total == 0)
+    return;
+  auto waiters = std::move(st.capacity_waiters);
+  st.capacity_waiters.clear();
+  for (auto& [token, rp] : waiters)
+    rp.deliver(total);
+}
 
 caf::io::middleman_actor mm_actor(self_ptr self) {
   auto& sys = self->system();
@@ -233,6 +273,7 @@ void connect(self_ptr self, size_t idx) {
           self->monitor(hdl);
           spdlog::info("node {} up, capacity {}", node.endpoint, capacity);
           dispatch(self);
+          answer_capacity_waiters(self);
         },
         [=](caf::error& err) { fail(render(err)); });
   };
@@ -459,6 +500,7 @@ void tick(self_ptr self) {
           if (node.gen == gen && node.up && capacity != node.capacity) {
             node.capacity = capacity;
             dispatch(self);
+            answer_capacity_waiters(self);
           }
         },
         [=](caf::error& err) {
@@ -621,6 +663,28 @@ caf::behavior nodes_provider(self_ptr self, nodes_settings settings,
     },
     [=](tick_atom) { tick(self); },
     [=](nodes_stats_atom) { return stats_text(self); },
+    [=](nodes_capacity_atom, caf::timespan wait) {
+      auto& st = self->state;
+      auto rp = self->make_response_promise<uint64_t>();
+      if (auto total = st.capacity_up();
+          total > 0 || wait <= caf::timespan{0}) {
+        rp.deliver(total);
+        return rp;
+      }
+      auto token = st.next_capacity_waiter++;
+      st.capacity_waiters.emplace(token, rp);
+      self->delayed_send(self, wait, capacity_due_atom::value, token);
+      return rp;
+    },
+    [=](capacity_due_atom, uint64_t token) {
+      auto& st = self->state;
+      auto i = st.capacity_waiters.find(token);
+      if (i == st.capacity_waiters.end())
+        return; // answered already
+      auto rp = std::move(i->second);
+      st.capacity_waiters.erase(i);
+      rp.deliver(st.capacity_up());
+    },
     [=](join_atom, std::string& name, caf::actor& hdl) {
       return on_join(self, name, hdl);
     },
@@ -790,18 +854,17 @@ json nodes_stats(caf::actor_system& sys, const provider_actor& provider) {
 
 size_t nodes_capacity_up(caf::actor_system& sys, const provider_actor& provider,
                          double wait_s) {
-  auto deadline = std::chrono::steady_clock::now() +
-                  duration_cast<std::chrono::steady_clock::duration>(
-                    std::chrono::duration<double>{wait_s});
-  for (;;) {
-    size_t total = 0;
-    for (auto& n : nodes_stats(sys, provider))
-      if (n.value("up", false))
-        total += n.value("capacity", size_t{0});
-    if (total > 0 || std::chrono::steady_clock::now() >= deadline)
-      return total;
-    std::this_thread::sleep_for(100ms);
-  }
+  // The provider answers at the wait at the latest; the margin covers a
+  // busy mailbox, so one that never answers still ends the wait.
+  auto wait = std::max(caf::timespan{0}, seconds_span(wait_s));
+  caf::scoped_actor self{sys};
+  size_t total = 0;
+  self
+    ->request(caf::actor_cast<caf::actor>(provider), wait + 5s,
+              nodes_capacity_atom::value, wait)
+    .receive([&](uint64_t n) { total = static_cast<size_t>(n); },
+             [&](caf::error&) {});
+  return total;
 }
 
 size_t nodes_total_capacity(caf::actor_system& sys,

@@ -80,8 +80,14 @@ using nodes_stats_atom = caf::atom_constant<caf::atom("nstats")>;
 /// sandbox_ms_p50/p99 (create to stop). Blocks up to 5 s (main thread).
 json nodes_stats(caf::actor_system& sys, const provider_actor& provider);
 
+/// The untyped question `(nodes_capacity, caf::timespan wait)`: a nodes
+/// provider answers with the summed capacity (uint64_t) of the nodes it
+/// has up as soon as it is above 0, once `wait` passed, or when it exits.
+using nodes_capacity_atom = caf::atom_constant<caf::atom("ncapup")>;
+
 /// The summed capacity of the nodes `provider` has up, waiting up to
-/// `wait_s` (main thread; polls) until there is at least one.
+/// `wait_s` (main thread; one request, answered when a node is up or at
+/// the wait) until there is at least one.
 size_t nodes_capacity_up(caf::actor_system& sys, const provider_actor& provider,
                          double wait_s);
 
