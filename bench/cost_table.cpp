@@ -405,6 +405,12 @@ int main(int argc, char** argv) {
              {"--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--",
               iso.setpriv, "--reuid=65536", "--regid=65536", "--clear-groups",
               "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs"}));
+  // The same drop by sv-drop (freestanding, no libc), at its host path.
+  auto drop = find_drop_stub();
+  if (iso.uids && !drop.empty())
+    run("  + sv-drop to the sandbox uid (the command through sv-drop)",
+        join(base, {"--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--",
+                    drop, "65536", "65536"}));
   // The provider's own view alone: one --ro-bind per top-level entry.
   std::vector<std::string> view_only{bw};
   int top_binds = 0;
@@ -420,6 +426,19 @@ int main(int argc, char** argv) {
   run("bwrap with the provider's host view (" + std::to_string(top_binds) +
         " --ro-bind, one per top-level entry, + hidden tmpfs), no --proc/--dev",
       view_only);
+  // A prepared view (SV_COST_VIEW: a directory whose top-level entries are
+  // bound to the host's, made by hand) as one --ro-bind, hidden tmpfs.
+  if (auto* view = std::getenv("SV_COST_VIEW")) {
+    std::vector<std::string> one{bw, "--ro-bind", view, "/"};
+    for (auto& hidden : iso.hidden)
+      if (std::count(hidden.begin(), hidden.end(), '/') == 1)
+        one = join(one, {"--perms", "0755", "--tmpfs", hidden});
+    run("bwrap with a prepared view as one --ro-bind, + hidden tmpfs", one);
+  }
+  if (!drop.empty())
+    run("  + --ro-bind of one file (sv-drop at " +
+          std::string{drop_mount_point} + ")",
+        join(view_only, {"--ro-bind", drop, drop_mount_point}));
   // The provider's whole command, as an exec runs it.
   auto full = bwrap_command(iso, root + "/x", "/sandbox", "", -1, cmd,
                             {{"PATH", "/usr/bin:/bin"}}, true);
@@ -469,9 +488,32 @@ int main(int argc, char** argv) {
       },
       ns.get());
   }
-  if (iso.seccomp && iso.uids) {
-    auto py = bwrap_command(iso, root + "/x", "/sandbox", "", iso.uids->base(),
-                            {python.executable, "-c", "pass"},
+  // The drop: setpriv, sv-drop where the view shows it, sv-drop bound at
+  // drop_mount_point (a build or install the view hides, like /tmp).
+  auto with_setpriv = iso;
+  with_setpriv.drop.clear();
+  with_setpriv.drop_inside.clear();
+  auto with_bound_drop = iso;
+  if (!iso.drop.empty())
+    with_bound_drop.drop_inside = drop_mount_point;
+  if (iso.seccomp && iso.uids && !iso.drop.empty())
+    for (auto* variant : {&iso, &with_bound_drop}) {
+      auto py = bwrap_command(
+        *variant, root + "/x", "/sandbox", "", iso.uids->base(),
+        {python.executable, "-c", "pass"}, {{"PATH", "/usr/bin:/bin"}}, true);
+      time_process(
+        "python3 -c pass through the provider's whole command (with "
+        "sv-drop at " +
+          variant->drop_inside + ")",
+        [&] { return py.flat(); },
+        [&] {
+          return std::vector<int>{::open("/dev/null", O_WRONLY),
+                                  iso.seccomp->open_program()};
+        });
+    }
+  if (iso.seccomp && iso.uids && !with_setpriv.setpriv.empty()) {
+    auto py = bwrap_command(with_setpriv, root + "/x", "/sandbox", "",
+                            iso.uids->base(), {python.executable, "-c", "pass"},
                             {{"PATH", "/usr/bin:/bin"}}, true);
     if (std::getenv("SV_COST_PRINT_COMMAND")) {
       for (auto& a : py.flat())
