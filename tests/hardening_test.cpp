@@ -305,6 +305,93 @@ TEST_CASE("sv-drop refuses uid 0, bad arguments, and a drop it lacks the "
   CHECK(text4.find("cannot run /nonexistent/x") != std::string::npos);
 }
 
+// -- the prepared view -------------------------------------------------------
+
+TEST_CASE("a prepared view is read-only, private, and gone after its owner") {
+  using detail::view_entry;
+  std::vector<view_entry> entries{{"usr", view_entry::bind_dir, "/usr"},
+                                  {"bin", view_entry::symlink, "usr/bin"},
+                                  {"sandbox", view_entry::empty_dir, ""},
+                                  {"x", view_entry::empty_file, ""}};
+  std::string path;
+  {
+    auto view = detail::prepared_view::make(entries);
+    path = view->path();
+    CHECK(view->has("usr"));
+    CHECK(!view->has("etc"));
+    CHECK(path_exists(path + "/usr/bin/env"));
+    CHECK(path_exists(path + "/x"));
+    // Read-only on the host side too: its root and its binds.
+    CHECK(::mkdir((path + "/new").c_str(), 0700) != 0);
+    CHECK(errno == EROFS);
+    CHECK(::mkdir((path + "/usr/sv-view-test").c_str(), 0700) != 0);
+    CHECK(errno == EROFS);
+    CHECK(!mounts_at_or_below(path).empty());
+  }
+  CHECK(mounts_at_or_below(path).empty());
+  CHECK(!path_exists(path.substr(0, path.rfind('/'))));
+  // A process that dies without its destructor (a crash) leaves its view;
+  // the next start removes it.
+  auto pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    try {
+      auto view = detail::prepared_view::make(entries);
+      ::_exit(0); // no destructor
+    } catch (...) {
+      ::_exit(1);
+    }
+  }
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+  // (The child's counter went on from ours: its one name with its pid.)
+  std::string left;
+  for (auto& m : mounts_at_or_below(detail::view_dir))
+    if (m.rfind(std::string{detail::view_dir} + "/" + std::to_string(pid) + "-",
+                0) == 0 &&
+        (left.empty() || m.size() < left.size()))
+      left = m;
+  REQUIRE(!left.empty());
+  CHECK(!mounts_at_or_below(left).empty());
+  CHECK(detail::remove_stale_views() >= 1);
+  CHECK(mounts_at_or_below(left).empty());
+  CHECK(!path_exists(left));
+}
+
+TEST_CASE("bwrap binds the prepared view once, each entry for another "
+          "top-level workdir") {
+  using detail::view_entry;
+  detail::isolation_settings iso;
+  iso.mode = detail::isolation_mode::bwrap;
+  iso.bwrap = "/usr/bin/bwrap";
+  iso.host_view = {"--ro-bind", "/usr", "/usr", "--proc", "/proc"};
+  iso.view_tail = {"--proc", "/proc"};
+  iso.view =
+    detail::prepared_view::make({{"usr", view_entry::bind_dir, "/usr"},
+                                 {"sandbox", view_entry::empty_dir, ""}});
+  auto count = [](const std::vector<std::string>& args, const std::string& x) {
+    return std::count(args.begin(), args.end(), x);
+  };
+  auto cmd = detail::bwrap_command(iso, "/x", "/sandbox", "", 1234567,
+                                   {"/bin/true"}, {}, true, true);
+  CHECK(count(cmd.options, iso.view->path()) == 1);
+  CHECK(count(cmd.options, "/usr") == 0);
+  auto other = detail::bwrap_command(iso, "/x", "/elsewhere", "", 1234567,
+                                     {"/bin/true"}, {}, true, true);
+  CHECK(count(other.options, iso.view->path()) == 0);
+  CHECK(count(other.options, "/usr") == 2); // --ro-bind /usr /usr
+  // And a sandbox at such a workdir works.
+  auto f = std::make_unique<isolated_fixture>();
+  sandbox_spec spec;
+  spec.workdir = "/elsewhere";
+  auto h = f->create_with(spec);
+  auto r = f->sh(h, "pwd; touch f && ls /elsewhere");
+  CHECK(r.stdout_text == "/elsewhere\nf\n");
+  f->stop_and_expect_gone(h);
+}
+
 // -- the sandbox root ---------------------------------------------------------
 
 namespace {

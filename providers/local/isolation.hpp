@@ -6,6 +6,7 @@
 // line of an exec. The README's "Isolation and limits" explains the model.
 
 #include "providers/local/host/cgroups.hpp"
+#include "providers/local/host/prepared_view.hpp"
 #include "providers/local/host/uid_pool.hpp"
 
 #include <cstdint>
@@ -44,6 +45,12 @@ struct isolation_settings {
   std::string setpriv;
   /// bwrap arguments that build the sandbox's view of the host.
   std::vector<std::string> host_view;
+  /// The same view's top-level entries prepared once (as root, at start)
+  /// and bound at / in one step, then `view_tail` (hidden paths, /proc,
+  /// /dev); null: host_view, one --ro-bind per top-level entry.
+  std::shared_ptr<const prepared_view> view;
+  std::vector<std::string> view_tail;
+  std::vector<view_entry> view_entries;
   /// Top-level entries of the host, which a workdir must not replace.
   std::vector<std::string> top_level;
   /// The seccomp filter bwrap loads before the command (bwrap mode).
