@@ -426,14 +426,21 @@ int main(int argc, char** argv) {
   run("bwrap with the provider's host view (" + std::to_string(top_binds) +
         " --ro-bind, one per top-level entry, + hidden tmpfs), no --proc/--dev",
       view_only);
-  // A prepared view (SV_COST_VIEW: a directory whose top-level entries are
-  // bound to the host's, made by hand) as one --ro-bind, hidden tmpfs.
-  if (auto* view = std::getenv("SV_COST_VIEW")) {
-    std::vector<std::string> one{bw, "--ro-bind", view, "/"};
-    for (auto& hidden : iso.hidden)
-      if (std::count(hidden.begin(), hidden.end(), '/') == 1)
-        one = join(one, {"--perms", "0755", "--tmpfs", hidden});
-    run("bwrap with a prepared view as one --ro-bind, + hidden tmpfs", one);
+  // The same view prepared once (what the provider does as root): one
+  // --ro-bind of it, + the hidden tmpfs.
+  if (iso.view) {
+    std::vector<std::string> one{bw, "--ro-bind", iso.view->path(), "/"};
+    for (size_t i = 0; i < iso.view_tail.size(); ++i) {
+      auto& a = iso.view_tail[i];
+      if (a == "--proc" || a == "--dev") {
+        ++i;
+        continue;
+      }
+      one.push_back(a);
+    }
+    run("bwrap with the prepared view (one --ro-bind of it, + hidden tmpfs), "
+        "no --proc/--dev",
+        one);
   }
   if (!drop.empty())
     run("  + --ro-bind of one file (sv-drop at " +
@@ -443,14 +450,24 @@ int main(int argc, char** argv) {
   auto full = bwrap_command(iso, root + "/x", "/sandbox", "", -1, cmd,
                             {{"PATH", "/usr/bin:/bin"}}, true);
   auto full_opts = full.options;
+  auto no_view = iso;
+  no_view.view.reset();
+  auto full_no_view = bwrap_command(no_view, root + "/x", "/sandbox", "", -1,
+                                    cmd, {{"PATH", "/usr/bin:/bin"}}, true);
   if (iso.seccomp)
-    time_process(
-      "the provider's whole bwrap command (no setpriv)",
-      [&] { return join(join(full_opts, {"--"}), cmd); },
-      [&] {
-        return std::vector<int>{::open("/dev/null", O_WRONLY),
-                                iso.seccomp->open_program()};
-      });
+    for (int pass = 0; pass < 2; ++pass) {
+      // Alternating: without and with the prepared view.
+      auto& opts = pass == 0 ? full_no_view.options : full_opts;
+      time_process(
+        std::string{"the provider's whole bwrap command (no uid drop), "} +
+          (pass == 0 || !iso.view ? "a --ro-bind per top-level entry"
+                                  : "the prepared view"),
+        [&] { return join(join(opts, {"--"}), cmd); },
+        [&] {
+          return std::vector<int>{::open("/dev/null", O_WRONLY),
+                                  iso.seccomp->open_program()};
+        });
+    }
   // What a python start costs inside: the same bwrap with and without the
   // filter, and the whole command without and with setpriv.
   std::vector<std::string> py_cmd{python.executable, "-c", "pass"};
@@ -493,9 +510,13 @@ int main(int argc, char** argv) {
   auto with_setpriv = iso;
   with_setpriv.drop.clear();
   with_setpriv.drop_inside.clear();
+  // (The prepared view has no mount point for it unless the provider chose
+  // that placement: bound at drop_mount_point, the binds per entry.)
   auto with_bound_drop = iso;
-  if (!iso.drop.empty())
+  if (!iso.drop.empty() && iso.drop_inside != drop_mount_point) {
     with_bound_drop.drop_inside = drop_mount_point;
+    with_bound_drop.view.reset();
+  }
   if (iso.seccomp && iso.uids && !iso.drop.empty())
     for (auto* variant : {&iso, &with_bound_drop}) {
       auto py = bwrap_command(
@@ -504,7 +525,9 @@ int main(int argc, char** argv) {
       time_process(
         "python3 -c pass through the provider's whole command (with "
         "sv-drop at " +
-          variant->drop_inside + ")",
+          variant->drop_inside +
+          (variant->view ? ", the prepared view)"
+                         : ", a --ro-bind per top-level entry)"),
         [&] { return py.flat(); },
         [&] {
           return std::vector<int>{::open("/dev/null", O_WRONLY),
@@ -523,6 +546,21 @@ int main(int argc, char** argv) {
     time_process(
       "python3 -c pass through the provider's whole command (with setpriv)",
       [&] { return py.flat(); },
+      [&] {
+        return std::vector<int>{::open("/dev/null", O_WRONLY),
+                                iso.seccomp->open_program()};
+      });
+    // As before sv-drop and the prepared view: setpriv, a --ro-bind per
+    // top-level entry.
+    auto before = with_setpriv;
+    before.view.reset();
+    auto py_before = bwrap_command(
+      before, root + "/x", "/sandbox", "", iso.uids->base(),
+      {python.executable, "-c", "pass"}, {{"PATH", "/usr/bin:/bin"}}, true);
+    time_process(
+      "python3 -c pass through the provider's whole command (with setpriv, "
+      "a --ro-bind per top-level entry: before)",
+      [&] { return py_before.flat(); },
       [&] {
         return std::vector<int>{::open("/dev/null", O_WRONLY),
                                 iso.seccomp->open_program()};
