@@ -195,9 +195,15 @@ void probe_bwrap(const isolation_settings& s, const std::string& python) {
     bwrap_command(s, "", "", "", s.uids ? s.uids->base() : -1,
                   {python, "-c", "import sys"}, {{"PATH", "/usr/bin:/bin"}})
       .flat();
+  // Views of the same entries are alike: a restarted provider's new one
+  // does not make the probe run again.
+  auto key = spec.argv;
+  if (s.view)
+    std::replace(key.begin(), key.end(), s.view->path(),
+                 std::string{"<prepared view>"});
   {
     std::lock_guard<std::mutex> guard{mtx};
-    if (passed.count(spec.argv) > 0)
+    if (passed.count(key) > 0)
       return;
   }
   spec.program = spec.argv.front();
@@ -214,7 +220,7 @@ void probe_bwrap(const isolation_settings& s, const std::string& python) {
   }
   run_and_capture(spec, std::chrono::seconds{30});
   std::lock_guard<std::mutex> guard{mtx};
-  passed.insert(spec.argv);
+  passed.insert(key);
 }
 
 /// Whether root may run the file at the real path `path`: a regular,
