@@ -405,6 +405,12 @@ int main(int argc, char** argv) {
              {"--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--",
               iso.setpriv, "--reuid=65536", "--regid=65536", "--clear-groups",
               "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs"}));
+  // The same drop by sv-drop (freestanding, no libc), at its host path.
+  auto drop = find_drop_stub();
+  if (iso.uids && !drop.empty())
+    run("  + sv-drop to the sandbox uid (the command through sv-drop)",
+        join(base, {"--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--",
+                    drop, "65536", "65536"}));
   // The provider's own view alone: one --ro-bind per top-level entry.
   std::vector<std::string> view_only{bw};
   int top_binds = 0;
@@ -420,18 +426,48 @@ int main(int argc, char** argv) {
   run("bwrap with the provider's host view (" + std::to_string(top_binds) +
         " --ro-bind, one per top-level entry, + hidden tmpfs), no --proc/--dev",
       view_only);
+  // The same view prepared once (what the provider does as root): one
+  // --ro-bind of it, + the hidden tmpfs.
+  if (iso.view) {
+    std::vector<std::string> one{bw, "--ro-bind", iso.view->path(), "/"};
+    for (size_t i = 0; i < iso.view_tail.size(); ++i) {
+      auto& a = iso.view_tail[i];
+      if (a == "--proc" || a == "--dev") {
+        ++i;
+        continue;
+      }
+      one.push_back(a);
+    }
+    run("bwrap with the prepared view (one --ro-bind of it, + hidden tmpfs), "
+        "no --proc/--dev",
+        one);
+  }
+  if (!drop.empty())
+    run("  + --ro-bind of one file (sv-drop at " +
+          std::string{drop_mount_point} + ")",
+        join(view_only, {"--ro-bind", drop, drop_mount_point}));
   // The provider's whole command, as an exec runs it.
   auto full = bwrap_command(iso, root + "/x", "/sandbox", "", -1, cmd,
                             {{"PATH", "/usr/bin:/bin"}}, true);
   auto full_opts = full.options;
+  auto no_view = iso;
+  no_view.view.reset();
+  auto full_no_view = bwrap_command(no_view, root + "/x", "/sandbox", "", -1,
+                                    cmd, {{"PATH", "/usr/bin:/bin"}}, true);
   if (iso.seccomp)
-    time_process(
-      "the provider's whole bwrap command (no setpriv)",
-      [&] { return join(join(full_opts, {"--"}), cmd); },
-      [&] {
-        return std::vector<int>{::open("/dev/null", O_WRONLY),
-                                iso.seccomp->open_program()};
-      });
+    for (int pass = 0; pass < 2; ++pass) {
+      // Alternating: without and with the prepared view.
+      auto& opts = pass == 0 ? full_no_view.options : full_opts;
+      time_process(
+        std::string{"the provider's whole bwrap command (no uid drop), "} +
+          (pass == 0 || !iso.view ? "a --ro-bind per top-level entry"
+                                  : "the prepared view"),
+        [&] { return join(join(opts, {"--"}), cmd); },
+        [&] {
+          return std::vector<int>{::open("/dev/null", O_WRONLY),
+                                  iso.seccomp->open_program()};
+        });
+    }
   // What a python start costs inside: the same bwrap with and without the
   // filter, and the whole command without and with setpriv.
   std::vector<std::string> py_cmd{python.executable, "-c", "pass"};
@@ -469,9 +505,38 @@ int main(int argc, char** argv) {
       },
       ns.get());
   }
-  if (iso.seccomp && iso.uids) {
-    auto py = bwrap_command(iso, root + "/x", "/sandbox", "", iso.uids->base(),
-                            {python.executable, "-c", "pass"},
+  // The drop: setpriv, sv-drop where the view shows it, sv-drop bound at
+  // drop_mount_point (a build or install the view hides, like /tmp).
+  auto with_setpriv = iso;
+  with_setpriv.drop.clear();
+  with_setpriv.drop_inside.clear();
+  // (The prepared view has no mount point for it unless the provider chose
+  // that placement: bound at drop_mount_point, the binds per entry.)
+  auto with_bound_drop = iso;
+  if (!iso.drop.empty() && iso.drop_inside != drop_mount_point) {
+    with_bound_drop.drop_inside = drop_mount_point;
+    with_bound_drop.view.reset();
+  }
+  if (iso.seccomp && iso.uids && !iso.drop.empty())
+    for (auto* variant : {&iso, &with_bound_drop}) {
+      auto py = bwrap_command(
+        *variant, root + "/x", "/sandbox", "", iso.uids->base(),
+        {python.executable, "-c", "pass"}, {{"PATH", "/usr/bin:/bin"}}, true);
+      time_process(
+        "python3 -c pass through the provider's whole command (with "
+        "sv-drop at " +
+          variant->drop_inside +
+          (variant->view ? ", the prepared view)"
+                         : ", a --ro-bind per top-level entry)"),
+        [&] { return py.flat(); },
+        [&] {
+          return std::vector<int>{::open("/dev/null", O_WRONLY),
+                                  iso.seccomp->open_program()};
+        });
+    }
+  if (iso.seccomp && iso.uids && !with_setpriv.setpriv.empty()) {
+    auto py = bwrap_command(with_setpriv, root + "/x", "/sandbox", "",
+                            iso.uids->base(), {python.executable, "-c", "pass"},
                             {{"PATH", "/usr/bin:/bin"}}, true);
     if (std::getenv("SV_COST_PRINT_COMMAND")) {
       for (auto& a : py.flat())
@@ -481,6 +546,21 @@ int main(int argc, char** argv) {
     time_process(
       "python3 -c pass through the provider's whole command (with setpriv)",
       [&] { return py.flat(); },
+      [&] {
+        return std::vector<int>{::open("/dev/null", O_WRONLY),
+                                iso.seccomp->open_program()};
+      });
+    // As before sv-drop and the prepared view: setpriv, a --ro-bind per
+    // top-level entry.
+    auto before = with_setpriv;
+    before.view.reset();
+    auto py_before = bwrap_command(
+      before, root + "/x", "/sandbox", "", iso.uids->base(),
+      {python.executable, "-c", "pass"}, {{"PATH", "/usr/bin:/bin"}}, true);
+    time_process(
+      "python3 -c pass through the provider's whole command (with setpriv, "
+      "a --ro-bind per top-level entry: before)",
+      [&] { return py_before.flat(); },
       [&] {
         return std::vector<int>{::open("/dev/null", O_WRONLY),
                                 iso.seccomp->open_program()};

@@ -8,6 +8,7 @@
 #include "providers/local/host/mounts.hpp"
 #include "providers/local/host/trusted_dir.hpp"
 #include "providers/local/host/uid_pool.hpp"
+#include "providers/local/isolation.hpp"
 
 #include <atomic>
 #include <cerrno>
@@ -158,8 +159,9 @@ TEST_CASE("a loader variable in a caller's env is refused, root sees none") {
   CHECK(r.message().find("LD_PRELOAD") != std::string::npos);
   // While a command runs, bwrap and its init (root, on the host) have the
   // fixed launcher environment, and their command lines (which anyone may
-  // read) hold none of the caller's variables. (setpriv, root inside the
-  // sandbox until its drop, gets them: none steers the loader.)
+  // read) hold none of the caller's variables. (The uid drop, sv-drop or
+  // setpriv, root inside the sandbox until its drop, gets them: sv-drop
+  // reads none, and none steers setpriv's loader.)
   std::atomic<bool> done{false};
   std::vector<std::string> root_envs;
   std::thread watcher{[&] {
@@ -170,10 +172,14 @@ TEST_CASE("a loader variable in a caller's env is refused, root sees none") {
         auto proc = "/proc/" + std::to_string(pid);
         if (::stat(proc.c_str(), &st) != 0 || st.st_uid != 0)
           continue;
-        // setpriv between its exec and its drop is allowed the variables
+        // The drop between its exec and its drop is allowed the variables
         // (see above); a slow machine catches it there.
         auto cmdline = read_text(proc + "/cmdline");
-        if (cmdline.rfind("/usr/bin/setpriv", 0) == 0)
+        auto program = cmdline.substr(0, cmdline.find('\0'));
+        if (program == "/usr/bin/setpriv" ||
+            (program.size() >= 8 &&
+             program.compare(program.size() - 8, 8, "/sv-drop") == 0) ||
+            program == detail::drop_mount_point)
           continue;
         root_envs.push_back(read_text(proc + "/environ") + "\n" + cmdline);
       }
@@ -190,6 +196,197 @@ TEST_CASE("a loader variable in a caller's env is refused, root sees none") {
     CHECK(env.find("s3cr3t-42") == std::string::npos);
     CHECK(env.find("HOME=") == std::string::npos);
   }
+  f->stop_and_expect_gone(h);
+}
+
+// -- the uid drop -------------------------------------------------------------
+
+namespace {
+
+/// The value of `key:` in /proc/PID/status text, blanks squeezed.
+std::string status_field(const std::string& status, const std::string& key) {
+  std::istringstream in{status};
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind(key + ":", 0) == 0) {
+      std::istringstream words{line.substr(key.size() + 1)};
+      std::string word, out;
+      while (words >> word)
+        out += (out.empty() ? "" : " ") + word;
+      return out;
+    }
+  return "missing";
+}
+
+} // namespace
+
+TEST_CASE("the runner has its uid and gid, no group, no capability, "
+          "no_new_privs") {
+  // This build made sv-drop, so the provider drops with it, not setpriv:
+  // where the view shows its host path, and bound at drop_mount_point
+  // where it does not (a build below /tmp, as CI's).
+  auto drop = detail::find_drop_stub();
+  REQUIRE(!drop.empty());
+  bool hide = GENERATE(false, true);
+  INFO("sv-drop's directory hidden: " << hide);
+  auto f = std::make_unique<isolated_fixture>([&](local_provider_config& c) {
+    if (hide)
+      c.hide_paths.push_back(drop.substr(0, drop.rfind('/')));
+  });
+  sandbox_spec spec;
+  auto h = f->create_with(spec);
+  auto u = std::to_string(f->uid_of(h));
+  auto r = f->sh(h, "cat /proc/self/status");
+  INFO(r.stdout_text << r.stderr_text);
+  REQUIRE(r.return_code == 0);
+  auto& st = r.stdout_text;
+  CHECK(status_field(st, "Uid") == u + " " + u + " " + u + " " + u);
+  CHECK(status_field(st, "Gid") == u + " " + u + " " + u + " " + u);
+  CHECK(status_field(st, "Groups") == "");
+  for (auto key : {"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"}) {
+    INFO(key);
+    CHECK(status_field(st, key) == "0000000000000000");
+  }
+  CHECK(status_field(st, "NoNewPrivs") == "1");
+  // Nothing of the drop is left to the runner: sv-drop cannot be run again
+  // to regain anything (it fails closed, the command not run).
+  auto again =
+    f->sh(h, std::string{"test ! -x "} + detail::drop_mount_point + " || " +
+               detail::drop_mount_point + " 1 1 -- /bin/true; echo $?");
+  CHECK((again.stdout_text == "0\n" || again.stdout_text == "125\n"));
+  f->stop_and_expect_gone(h);
+}
+
+TEST_CASE("sv-drop refuses uid 0, bad arguments, and a drop it lacks the "
+          "privilege for") {
+  auto drop = detail::find_drop_stub();
+  REQUIRE(!drop.empty());
+  auto run = [&](std::vector<std::string> args, bool as_nobody) {
+    int err[2];
+    REQUIRE(::pipe(err) == 0);
+    std::vector<char*> argv{const_cast<char*>(drop.c_str())};
+    for (auto& a : args)
+      argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    auto pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      // Raw system calls: the parent may have threads.
+      ::dup2(err[1], 2);
+      if (as_nobody && (::syscall(SYS_setgroups, 0, nullptr) != 0 ||
+                        ::syscall(SYS_setresgid, 65534, 65534, 65534) != 0 ||
+                        ::syscall(SYS_setresuid, 65534, 65534, 65534) != 0))
+        ::_exit(99);
+      ::execv(drop.c_str(), argv.data());
+      ::_exit(98);
+    }
+    ::close(err[1]);
+    std::string text;
+    char buf[512];
+    for (ssize_t n; (n = ::read(err[0], buf, sizeof buf)) > 0;)
+      text.append(buf, static_cast<size_t>(n));
+    ::close(err[0]);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    return std::make_pair(WIFEXITED(status) ? WEXITSTATUS(status) : -1, text);
+  };
+  auto [code0, text0] = run({"0", "0", "--", "/bin/true"}, false);
+  CHECK(code0 == 125);
+  CHECK(text0.find("uid argument") != std::string::npos);
+  auto [code1, text1] = run({"12x", "5", "--", "/bin/true"}, false);
+  CHECK(code1 == 125);
+  auto [code2, text2] = run({"5", "5", "/bin/true"}, false);
+  CHECK(code2 == 125);
+  CHECK(text2.find("usage") != std::string::npos);
+  // Not root: the very first step fails, and the command does not run.
+  auto [code3, text3] = run({"5", "5", "--", "/bin/false"}, true);
+  CHECK(code3 == 125);
+  CHECK(text3.find("setgroups") != std::string::npos);
+  CHECK(text3.find("errno 1") != std::string::npos);
+  auto [code4, text4] = run({"5", "5", "--", "/nonexistent/x"}, false);
+  CHECK(code4 == 127);
+  CHECK(text4.find("cannot run /nonexistent/x") != std::string::npos);
+}
+
+// -- the prepared view -------------------------------------------------------
+
+TEST_CASE("a prepared view is read-only, private, and gone after its owner") {
+  using detail::view_entry;
+  std::vector<view_entry> entries{{"usr", view_entry::bind_dir, "/usr"},
+                                  {"bin", view_entry::symlink, "usr/bin"},
+                                  {"sandbox", view_entry::empty_dir, ""},
+                                  {"x", view_entry::empty_file, ""}};
+  std::string path;
+  {
+    auto view = detail::prepared_view::make(entries);
+    path = view->path();
+    CHECK(view->has("usr"));
+    CHECK(!view->has("etc"));
+    CHECK(path_exists(path + "/usr/bin/env"));
+    CHECK(path_exists(path + "/x"));
+    // Read-only on the host side too: its root and its binds.
+    CHECK(::mkdir((path + "/new").c_str(), 0700) != 0);
+    CHECK(errno == EROFS);
+    CHECK(::mkdir((path + "/usr/sv-view-test").c_str(), 0700) != 0);
+    CHECK(errno == EROFS);
+    CHECK(!mounts_at_or_below(path).empty());
+  }
+  CHECK(mounts_at_or_below(path).empty());
+  CHECK(!path_exists(path.substr(0, path.rfind('/'))));
+  // A process that died without its destructor (a crash) left its view
+  // (made here as it would have, under the pid of a process that is gone);
+  // the next start removes it.
+  auto pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0)
+    ::_exit(0);
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  auto left = std::string{detail::view_dir} + "/" + std::to_string(pid) + "-0";
+  REQUIRE(::mkdir(left.c_str(), 0700) == 0);
+  REQUIRE(::mount("sv-view", left.c_str(), "tmpfs", 0, "size=64k") == 0);
+  REQUIRE(::mkdir((left + "/v").c_str(), 0755) == 0);
+  REQUIRE(::mount("sv-view", (left + "/v").c_str(), "tmpfs", 0, "size=64k") ==
+          0);
+  REQUIRE(::mkdir((left + "/v/usr").c_str(), 0755) == 0);
+  REQUIRE(::mount("/usr", (left + "/v/usr").c_str(), nullptr, MS_BIND | MS_REC,
+                  nullptr) == 0);
+  ::mount(nullptr, left.c_str(), nullptr, MS_REC | MS_PRIVATE, nullptr);
+  CHECK(!mounts_at_or_below(left).empty());
+  CHECK(detail::remove_stale_views() >= 1);
+  CHECK(mounts_at_or_below(left).empty());
+  CHECK(!path_exists(left));
+}
+
+TEST_CASE("bwrap binds the prepared view once, each entry for another "
+          "top-level workdir") {
+  using detail::view_entry;
+  detail::isolation_settings iso;
+  iso.mode = detail::isolation_mode::bwrap;
+  iso.bwrap = "/usr/bin/bwrap";
+  iso.host_view = {"--ro-bind", "/usr", "/usr", "--proc", "/proc"};
+  iso.view_tail = {"--proc", "/proc"};
+  iso.view =
+    detail::prepared_view::make({{"usr", view_entry::bind_dir, "/usr"},
+                                 {"sandbox", view_entry::empty_dir, ""}});
+  auto count = [](const std::vector<std::string>& args, const std::string& x) {
+    return std::count(args.begin(), args.end(), x);
+  };
+  auto cmd = detail::bwrap_command(iso, "/x", "/sandbox", "", 1234567,
+                                   {"/bin/true"}, {}, true, true);
+  CHECK(count(cmd.options, iso.view->path()) == 1);
+  CHECK(count(cmd.options, "/usr") == 0);
+  auto other = detail::bwrap_command(iso, "/x", "/elsewhere", "", 1234567,
+                                     {"/bin/true"}, {}, true, true);
+  CHECK(count(other.options, iso.view->path()) == 0);
+  CHECK(count(other.options, "/usr") == 2); // --ro-bind /usr /usr
+  // And a sandbox at such a workdir works.
+  auto f = std::make_unique<isolated_fixture>();
+  sandbox_spec spec;
+  spec.workdir = "/elsewhere";
+  auto h = f->create_with(spec);
+  auto r = f->sh(h, "pwd; touch f && ls /elsewhere");
+  CHECK(r.stdout_text == "/elsewhere\nf\n");
   f->stop_and_expect_gone(h);
 }
 

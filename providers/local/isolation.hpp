@@ -6,6 +6,7 @@
 // line of an exec. The README's "Isolation and limits" explains the model.
 
 #include "providers/local/host/cgroups.hpp"
+#include "providers/local/host/prepared_view.hpp"
 #include "providers/local/host/uid_pool.hpp"
 
 #include <cstdint>
@@ -35,11 +36,21 @@ struct isolation_settings {
   isolation_mode mode = isolation_mode::none;
   /// Whether the service runs as root: uids, mounts and cgroups work.
   bool privileged = false;
-  /// bubblewrap, and setpriv that drops to the sandbox's uid inside it.
+  /// bubblewrap, and what drops to the sandbox's uid inside it (as root):
+  /// sv-drop (`drop`, its host path; `drop_inside`, where bwrap runs it),
+  /// else setpriv.
   std::string bwrap;
+  std::string drop;
+  std::string drop_inside;
   std::string setpriv;
   /// bwrap arguments that build the sandbox's view of the host.
   std::vector<std::string> host_view;
+  /// The same view's top-level entries prepared once (as root, at start)
+  /// and bound at / in one step, then `view_tail` (hidden paths, /proc,
+  /// /dev); null: host_view, one --ro-bind per top-level entry.
+  std::shared_ptr<const prepared_view> view;
+  std::vector<std::string> view_tail;
+  std::vector<view_entry> view_entries;
   /// Top-level entries of the host, which a workdir must not replace.
   std::vector<std::string> top_level;
   /// The seccomp filter bwrap loads before the command (bwrap mode).
@@ -57,6 +68,16 @@ struct isolation_settings {
   uint64_t default_disk_mib = 0;
   int nice = 0;
 };
+
+/// Where sv-drop is mounted in a sandbox whose view does not show its host
+/// path.
+inline constexpr const char* drop_mount_point = "/.sv-drop";
+
+/// sv-drop's real path, if the service may trust it (a regular file owned
+/// by root or the service, writable by nobody else, in directories nobody
+/// else may change), looked for next to the executable, in ../libexec/,
+/// and at the install's and the build's path; else "".
+std::string find_drop_stub();
 
 /// Decides the mode for `cfg` (the sandbox root is `root`, the interpreter
 /// `python`), probing bwrap with a real run. Throws std::runtime_error when
