@@ -81,6 +81,11 @@ struct local_provider_config {
   /// follows the rate of creates of that shape. Each is still used for
   /// exactly one sandbox and removed at its stop. 0 turns the pool off.
   uint64_t warm_pool = 4;
+  /// Whether the pool of the default shape (a spec without resources) is
+  /// filled at start, as if creates of it were coming: the first creates of
+  /// a run then find sandboxes ready instead of preparing their own at
+  /// once. Unused, they are removed as the seeded rate decays (~4 s).
+  bool warm_pool_start = true;
 
   // -- failed stops ----------------------------------------------------------
 

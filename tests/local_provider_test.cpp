@@ -711,3 +711,46 @@ TEST_CASE("the background threads run below the caller path, above the "
   // The four I/O threads of the caller path keep the process's.
   CHECK(at(after, base) - at(before, base) >= 4);
 }
+
+TEST_CASE("at start the default shape's pool fills: the first creates of a "
+          "run are served from it") {
+  fixture f{[](local_provider_config& c) {
+    c.isolation = "none";
+    c.warm_pool = 2;
+  }};
+  auto stats = [&] { return local_registry_counters(*f.registry); };
+  REQUIRE(eventually([&] { return stats().pooled == 2; }));
+  CHECK(stats().pool_prepared == 2);
+  auto a = f.create();
+  auto b = f.create();
+  auto st = stats();
+  CHECK(st.pool_hits == 2);
+  CHECK(st.pool_misses == 0);
+  CHECK(st.created == 2);
+  CHECK(a.sandbox_id != b.sandbox_id);
+  // Another shape has no pool yet: a miss.
+  sandbox_spec spec;
+  spec.resources.memory_mib = 512;
+  auto r = f.ask<sandbox_handle>(create_atom::value, spec);
+  REQUIRE(r.value);
+  CHECK(stats().pool_misses == 1);
+  CHECK(f.stop(a).value);
+  CHECK(f.stop(b).value);
+  CHECK(f.stop(*r.value).value);
+}
+
+TEST_CASE("warm_pool_start false prepares nothing before the first create") {
+  fixture f{[](local_provider_config& c) {
+    c.isolation = "none";
+    c.warm_pool = 2;
+    c.warm_pool_start = false;
+  }};
+  auto st = local_registry_counters(*f.registry);
+  CHECK(st.pool_prepared == 0);
+  CHECK(st.pooled == 0);
+  auto h = f.create();
+  st = local_registry_counters(*f.registry);
+  CHECK(st.pool_misses == 1);
+  CHECK(st.pool_hits == 0);
+  CHECK(f.stop(h).value);
+}

@@ -301,6 +301,28 @@ struct local_registry::impl {
     return nullptr;
   }
 
+  /// At start: the default shape's pool filled as if creates of it were
+  /// coming (its rate seeded to keep `warm_pool` ready); the ticks decay
+  /// the seed like any rate, so an unused pool drains in about 4 s. It
+  /// leaves every I/O thread a uid of the half that refills never take: a
+  /// create that misses while the preparations still run must find one.
+  void prewarm() {
+    auto n = cfg.warm_pool_start ? cfg.warm_pool : 0;
+    if (auto& uids = cfg.isolation->uids) {
+      size_t half = uids->count() / 2;
+      n = std::min(n, half > cfg.io_threads ? half - cfg.io_threads : 0);
+    }
+    if (n == 0)
+      return;
+    // Named: GCC 12 warns (falsely) about the fields of a temporary.
+    sandbox_spec defaults;
+    auto shape = detail::shape_of(*cfg.isolation, defaults);
+    std::lock_guard<std::mutex> guard{mtx};
+    auto& slot = pool[shape];
+    slot.rate = static_cast<double>(n) / pool_lead_ticks;
+    refill(shape, slot);
+  }
+
   /// Any pooled sandbox (to free what it holds), or null.
   std::shared_ptr<local_sandbox> take_any_pooled() {
     std::lock_guard<std::mutex> guard{mtx};
@@ -692,6 +714,7 @@ local_registry::local_registry(detail::registry_settings cfg)
   // sandbox directory is made and removed relative to it.
   impl_->root = detail::open_trusted_dir(impl_->cfg.root);
   impl_->start_threads();
+  impl_->prewarm();
 }
 
 local_registry::~local_registry() {
