@@ -301,11 +301,14 @@ struct local_registry::impl {
     return nullptr;
   }
 
-  /// At start: the default shape's pool filled as if creates of it were
-  /// coming (its rate seeded to keep `warm_pool` ready); the ticks decay
-  /// the seed like any rate, so an unused pool drains in about 4 s. It
-  /// leaves every I/O thread a uid of the half that refills never take: a
-  /// create that misses while the preparations still run must find one.
+  /// At start, on the constructing thread (never a scheduler's: making a
+  /// registry is slow anyway): the default shape's pool filled as if
+  /// creates of it were coming, ready before the first create can arrive
+  /// (filled on the background threads, it still raced the first creates
+  /// of a run, which then prepared their own at once). Its rate is seeded
+  /// so the ticks keep it, decaying like any rate: an unused pool drains in
+  /// about 4 s. It leaves every I/O thread a uid of the half that refills
+  /// never take.
   void prewarm() {
     auto n = cfg.warm_pool_start ? cfg.warm_pool : 0;
     if (auto& uids = cfg.isolation->uids) {
@@ -317,9 +320,29 @@ struct local_registry::impl {
     // Named: GCC 12 warns (falsely) about the fields of a temporary.
     sandbox_spec defaults;
     auto shape = detail::shape_of(*cfg.isolation, defaults);
+    std::vector<std::shared_ptr<local_sandbox>> made;
+    for (size_t i = 0; i < n; ++i) {
+      std::string id;
+      {
+        std::lock_guard<std::mutex> guard{mtx};
+        id = new_id();
+      }
+      try {
+        made.push_back(detail::prepare_local_sandbox(*cfg.isolation, root.get(),
+                                                     cfg.root, id, shape,
+                                                     asio::make_strand(io)));
+      } catch (const std::exception& e) {
+        spdlog::warn("local provider: cannot prepare a pooled sandbox: {}",
+                     e.what());
+        break;
+      }
+    }
     std::lock_guard<std::mutex> guard{mtx};
     auto& slot = pool[shape];
     slot.rate = static_cast<double>(n) / pool_lead_ticks;
+    counters.pool_prepared += made.size();
+    for (auto& sb : made)
+      slot.ready.push_back(std::move(sb));
     refill(shape, slot);
   }
 
