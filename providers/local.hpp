@@ -36,9 +36,11 @@ struct local_provider_config {
   std::string python = "python3";
   /// Largest file `download` returns.
   uint64_t max_download_bytes = 16 * 1024 * 1024;
-  /// Threads that run file I/O and await child processes. Their work blocks
-  /// (a stop unmounts and removes cgroups for milliseconds), so a create
-  /// should always find one free.
+  /// Threads that run the caller's file I/O and spawns and await child
+  /// processes. Teardowns behind the reply (which unmount and remove
+  /// cgroups for milliseconds) and the warm pool run on two background
+  /// threads of their own, below these in priority, so a create finds one
+  /// of these free.
   size_t io_threads = 4;
 
   // -- isolation and limits (README: "Isolation and limits") ---------------
@@ -79,6 +81,11 @@ struct local_provider_config {
   /// follows the rate of creates of that shape. Each is still used for
   /// exactly one sandbox and removed at its stop. 0 turns the pool off.
   uint64_t warm_pool = 4;
+  /// Whether the pool of the default shape (a spec without resources) is
+  /// filled at start, as if creates of it were coming: the first creates of
+  /// a run then find sandboxes ready instead of preparing their own at
+  /// once. Unused, they are removed as the seeded rate decays (~4 s).
+  bool warm_pool_start = true;
 
   // -- failed stops ----------------------------------------------------------
 

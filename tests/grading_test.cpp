@@ -206,7 +206,9 @@ json.dump({"reward": 1.0, "child": child.pid}, open(sys.argv[2], "w"))
 
 TEST_CASE("paths escaping the sandbox are refused before any sandbox "
           "exists") {
-  grading_fixture f;
+  // No pool filled at start: any entry of the root would be a sandbox.
+  grading_fixture f{
+    [](local_provider_config& c) { c.warm_pool_start = false; }};
   verification_request req;
   req.id = "escape";
   req.files["sandbox_runner.py"] = "print(1)";

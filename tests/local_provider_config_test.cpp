@@ -58,7 +58,7 @@ TEST_CASE("local provider settings are strict") {
     "hide_paths, max_processes, max_log_bytes, "
     "default_memory_mib, default_disk_mib, sandbox_nice, uid_base, "
     "uid_count, cgroup_parent, allow_user_namespaces, stop_attempts, "
-    "stop_retry_ms, warm_pool)");
+    "stop_retry_ms, warm_pool, warm_pool_start)");
   CHECK_THROWS_AS(parse_local_provider_config(json{{"io_threads", 0}}),
                   json_error);
   CHECK_THROWS_AS(parse_local_provider_config(json{{"python", ""}}),
@@ -189,6 +189,14 @@ TEST_CASE("actors spawned from one prepared backend share its sandboxes") {
   backend->shut_down();
   CHECK(processes_with_env_prefix(own_marker_prefix()).empty());
   CHECK(!std::filesystem::exists(root.path + "/" + h.sandbox_id));
+}
+
+TEST_CASE("warm_pool_start is a boolean, true by default") {
+  CHECK(parse_local_provider_config(json::object()).warm_pool_start);
+  CHECK(!parse_local_provider_config(json{{"warm_pool_start", false}})
+           .warm_pool_start);
+  CHECK_THROWS_WITH(parse_local_provider_config(json{{"warm_pool_start", 1}}),
+                    "warm_pool_start: expected a boolean, got number");
 }
 
 TEST_CASE("warm_pool is a count from 0 (off) to 64") {

@@ -4,8 +4,14 @@
 #include "local_provider_fixture.hpp"
 #include "providers/local/host/process.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <caf/send.hpp>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <sstream>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 using namespace sv;
@@ -555,4 +561,196 @@ TEST_CASE_METHOD(fixture, "after the registry's shutdown every call is "
   CHECK(st.created == 1);
   CHECK(st.stopped == 1);
   CHECK(st.known == 0);
+}
+
+// -- the caller path before background work -----------------------------------
+
+namespace {
+
+/// Teardowns that block in the stop fault until released (at most 20 s, so
+/// a failing test cannot hang), counting how many block at once.
+struct blocking_stops {
+  std::mutex mtx;
+  std::condition_variable cv;
+  size_t blocked = 0;
+  bool released = false;
+
+  std::function<void(local_provider_config&)> tweak() {
+    return [this](local_provider_config& c) {
+      c.isolation = "none";
+      c.io_threads = 1;
+      c.stop_fault = [this](const std::string&) -> caf::error {
+        std::unique_lock<std::mutex> guard{mtx};
+        ++blocked;
+        cv.notify_all();
+        cv.wait_for(guard, std::chrono::seconds{20},
+                    [this] { return released; });
+        --blocked;
+        return caf::none;
+      };
+    };
+  }
+
+  bool wait_blocked(size_t n) {
+    std::unique_lock<std::mutex> guard{mtx};
+    return cv.wait_for(guard, deadline, [&] { return blocked >= n; });
+  }
+
+  void release() {
+    std::lock_guard<std::mutex> guard{mtx};
+    released = true;
+    cv.notify_all();
+  }
+};
+
+/// The outcome of a stop called on the registry directly.
+struct stop_outcome {
+  std::mutex mtx;
+  std::condition_variable cv;
+  std::optional<caf::error> err;
+
+  local_completion<ok_atom> callback() {
+    return [this](caf::expected<ok_atom> r) {
+      std::lock_guard<std::mutex> guard{mtx};
+      err = r ? caf::error{} : r.error();
+      cv.notify_all();
+    };
+  }
+
+  /// Whether it came within the deadline and was a success.
+  bool succeeded() {
+    std::unique_lock<std::mutex> guard{mtx};
+    return cv.wait_for(guard, deadline, [this] { return err.has_value(); }) &&
+           !*err;
+  }
+};
+
+/// Niceness of each thread of this process.
+std::vector<int> thread_nices() {
+  std::vector<int> out;
+  auto* dir = ::opendir("/proc/self/task");
+  while (dir != nullptr) {
+    auto* e = ::readdir(dir);
+    if (e == nullptr)
+      break;
+    if (e->d_name[0] == '.')
+      continue;
+    auto stat =
+      read_text(std::string{"/proc/self/task/"} + e->d_name + "/stat");
+    auto pos = stat.rfind(')');
+    if (pos == std::string::npos)
+      continue;
+    // After the command: fields 3 (state) .. 19 (nice).
+    std::istringstream in{stat.substr(pos + 2)};
+    std::string field;
+    for (int i = 3; i < 19 && in >> field; ++i) {
+      // skip
+    }
+    int nice = 0;
+    if (in >> nice)
+      out.push_back(nice);
+  }
+  if (dir != nullptr)
+    ::closedir(dir);
+  return out;
+}
+
+} // namespace
+
+TEST_CASE("teardowns that block cannot hold up a create, an upload or a "
+          "download") {
+  blocking_stops gate; // outlives the registry that calls it
+  fixture f{gate.tweak()};
+  auto a = f.create();
+  auto b = f.create();
+  auto c = f.create();
+  // One teardown per background thread blocks; the one I/O thread of the
+  // caller path stays free.
+  stop_outcome sa;
+  stop_outcome sb;
+  f.registry->stop(a.sandbox_id, sa.callback());
+  f.registry->stop(b.sandbox_id, sb.callback());
+  REQUIRE(gate.wait_blocked(2));
+  auto d = f.create();
+  CHECK(!d.sandbox_id.empty());
+  CHECK(f.upload(c, "in", {{"x.txt", "X"}}).value);
+  CHECK(f.download(c, "in/x.txt").value == "X");
+  auto st = local_registry_counters(*f.registry);
+  CHECK(st.created == 4);
+  CHECK(st.stopped == 0);
+  gate.release();
+  CHECK(sa.succeeded());
+  CHECK(sb.succeeded());
+  CHECK(!exists(f.dir_of(a)));
+  CHECK(!exists(f.dir_of(b)));
+  st = local_registry_counters(*f.registry);
+  CHECK(st.stopped == 2);
+  CHECK(st.known == 2);
+}
+
+TEST_CASE("the background threads run below the caller path, above the "
+          "sandboxes") {
+  // Relative to this thread's niceness: ctest may run below 0.
+  errno = 0;
+  int base = ::getpriority(PRIO_PROCESS, 0);
+  REQUIRE(errno == 0);
+  REQUIRE(base + 5 <= 19);
+  auto before = thread_nices();
+  auto at = [](const std::vector<int>& xs, int n) {
+    return std::count(xs.begin(), xs.end(), n);
+  };
+  fixture f{[](local_provider_config& c) {
+    c.isolation = "none";
+    c.sandbox_nice = 10;
+  }};
+  // Each background thread lowers its own priority as it starts.
+  CHECK(eventually(
+    [&] { return at(thread_nices(), base + 5) - at(before, base + 5) == 2; }));
+  auto after = thread_nices();
+  CHECK(at(after, base + 5) - at(before, base + 5) == 2);
+  // The four I/O threads of the caller path keep the process's.
+  CHECK(at(after, base) - at(before, base) >= 4);
+}
+
+TEST_CASE("at start the default shape's pool fills: the first creates of a "
+          "run are served from it") {
+  fixture f{[](local_provider_config& c) {
+    c.isolation = "none";
+    c.warm_pool = 2;
+  }};
+  auto stats = [&] { return local_registry_counters(*f.registry); };
+  REQUIRE(eventually([&] { return stats().pooled == 2; }));
+  CHECK(stats().pool_prepared == 2);
+  auto a = f.create();
+  auto b = f.create();
+  auto st = stats();
+  CHECK(st.pool_hits == 2);
+  CHECK(st.pool_misses == 0);
+  CHECK(st.created == 2);
+  CHECK(a.sandbox_id != b.sandbox_id);
+  // Another shape has no pool yet: a miss.
+  sandbox_spec spec;
+  spec.resources.memory_mib = 512;
+  auto r = f.ask<sandbox_handle>(create_atom::value, spec);
+  REQUIRE(r.value);
+  CHECK(stats().pool_misses == 1);
+  CHECK(f.stop(a).value);
+  CHECK(f.stop(b).value);
+  CHECK(f.stop(*r.value).value);
+}
+
+TEST_CASE("warm_pool_start false prepares nothing before the first create") {
+  fixture f{[](local_provider_config& c) {
+    c.isolation = "none";
+    c.warm_pool = 2;
+    c.warm_pool_start = false;
+  }};
+  auto st = local_registry_counters(*f.registry);
+  CHECK(st.pool_prepared == 0);
+  CHECK(st.pooled == 0);
+  auto h = f.create();
+  st = local_registry_counters(*f.registry);
+  CHECK(st.pool_misses == 1);
+  CHECK(st.pool_hits == 0);
+  CHECK(f.stop(h).value);
 }

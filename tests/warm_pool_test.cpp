@@ -51,7 +51,11 @@ std::set<std::string> other_ids(const std::string& root,
 
 struct pool_fixture : isolated_fixture {
   pool_fixture()
-      : isolated_fixture([](local_provider_config& c) { c.warm_pool = 2; }) {
+      : isolated_fixture([](local_provider_config& c) {
+          c.warm_pool = 2;
+          // Filled by the first create, as these tests count.
+          c.warm_pool_start = false;
+        }) {
     // nop
   }
 

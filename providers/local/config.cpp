@@ -117,7 +117,7 @@ local_provider_config parse_local_provider_config(const json& settings) {
                 "default_memory_mib", "default_disk_mib", "sandbox_nice",
                 "uid_base", "uid_count", "cgroup_parent",
                 "allow_user_namespaces", "stop_attempts", "stop_retry_ms",
-                "warm_pool"});
+                "warm_pool", "warm_pool_start"});
   read_field(settings, "root",
              [&](const json& v) { cfg.root = read_string(v, "root", true); });
   read_field(settings, "python", [&](const json& v) {
@@ -139,6 +139,12 @@ local_provider_config parse_local_provider_config(const json& settings) {
   });
   read_field(settings, "warm_pool", [&](const json& v) {
     cfg.warm_pool = read_count(v, "warm_pool", 0, 64);
+  });
+  read_field(settings, "warm_pool_start", [&](const json& v) {
+    if (!v.is_boolean())
+      throw json_error("warm_pool_start",
+                       std::string{"expected a boolean, got "} + v.type_name());
+    cfg.warm_pool_start = v.get<bool>();
   });
   read_limits(settings, cfg);
   read_isolation(settings, cfg);

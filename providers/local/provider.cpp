@@ -349,6 +349,7 @@ std::shared_ptr<local_registry> make_local_registry(local_provider_config cfg) {
     static_cast<uint32_t>(std::max<uint64_t>(1, cfg.stop_attempts));
   settings.stop_retry_delay = cfg.stop_retry_delay;
   settings.warm_pool = cfg.warm_pool;
+  settings.warm_pool_start = cfg.warm_pool_start;
   settings.stop_fault = std::move(cfg.stop_fault);
   auto iso = detail::prepare_isolation(cfg, settings.root, python);
   auto root_fd = detail::open_trusted_dir(settings.root);

@@ -44,6 +44,8 @@ struct registry_settings {
   std::chrono::milliseconds stop_retry_delay{1000};
   /// Most pooled sandboxes of one shape; 0: no pool.
   size_t warm_pool = 0;
+  /// Fill the default shape's pool at start.
+  bool warm_pool_start = false;
   std::function<caf::error(const std::string&)> stop_fault;
 };
 

@@ -73,8 +73,15 @@ def wait_for_sandboxes(env, deadline=10):
     root = env.path("sandboxes")
     end = time.monotonic() + deadline
     while time.monotonic() < end:
-        if os.path.isdir(root) and os.listdir(root):
-            return
+        # A sandbox with files in it: a submission's upload (the warm
+        # pool's sandboxes, made at start, are empty).
+        names = os.listdir(root) if os.path.isdir(root) else []
+        for name in names:
+            try:
+                if os.listdir(os.path.join(root, name)):
+                    return
+            except OSError:
+                pass  # gone meanwhile
         time.sleep(0.02)
     raise AssertionError("no sandbox started")
 
