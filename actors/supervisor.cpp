@@ -29,6 +29,7 @@
 #include "actors/provider_restarter.hpp"
 #include "actors/quiet.hpp"
 #include "actors/verification.hpp"
+#include "actors/waiters.hpp"
 #include "messages/bounded_json.hpp"
 #include "messages/errors.hpp"
 #include "messages/validation.hpp"
@@ -175,9 +176,7 @@ struct supervisor_state {
   // -- waiters for the stops (await_stops) --
   /// Each answered once: when no stop is outstanding, at its timer
   /// (`stops_due`, by token), or when the supervisor exits.
-  std::unordered_map<uint64_t, caf::typed_response_promise<uint64_t>>
-    stop_waiters;
-  uint64_t next_stop_waiter = 0;
+  waiters<uint64_t> stop_waiters;
 
   /// Stops behind replies, orphans waiting or being stopped, late creates.
   uint64_t stops_outstanding() const {
@@ -190,11 +189,7 @@ struct supervisor_state {
 
   /// The actor is exiting (CAF destroys the state in on_exit, whatever the
   /// reason): the waiters it owns hear what is still outstanding.
-  ~supervisor_state() {
-    auto left = stops_outstanding();
-    for (auto& [token, rp] : stop_waiters)
-      rp.deliver(left);
-  }
+  ~supervisor_state() { stop_waiters.answer_all(stops_outstanding()); }
 };
 
 using self_ptr = supervisor_impl::stateful_pointer<supervisor_state>;
@@ -206,38 +201,20 @@ using self_ptr = supervisor_impl::stateful_pointer<supervisor_state>;
 /// restart outcomes, reports).
 void answer_stop_waiters(self_ptr self) {
   auto& st = self->state;
-  if (st.stop_waiters.empty() || st.stops_outstanding() != 0)
-    return;
-  auto waiters = std::move(st.stop_waiters);
-  st.stop_waiters.clear();
-  for (auto& [token, rp] : waiters)
-    rp.deliver(uint64_t{0});
+  if (!st.stop_waiters.empty() && st.stops_outstanding() == 0)
+    st.stop_waiters.answer_all(0);
 }
 
 caf::typed_response_promise<uint64_t> await_stops_request(self_ptr self,
                                                           caf::timespan wait) {
-  auto& st = self->state;
-  auto rp = self->make_response_promise<uint64_t>();
-  if (auto left = st.stops_outstanding();
-      left == 0 || wait <= caf::timespan{0}) {
-    rp.deliver(left);
-    return rp;
-  }
-  auto token = st.next_stop_waiter++;
-  st.stop_waiters.emplace(token, rp);
-  self->delayed_send(self, wait, stops_due_atom::value, token);
-  return rp;
+  auto left = self->state.stops_outstanding();
+  return self->state.stop_waiters.wait(self, left == 0, left, wait,
+                                       stops_due_atom::value);
 }
 
 /// The wait of one `await_stops` is over: it hears what is still running.
 void stops_due(self_ptr self, uint64_t token) {
-  auto& st = self->state;
-  auto i = st.stop_waiters.find(token);
-  if (i == st.stop_waiters.end())
-    return; // answered already
-  auto rp = std::move(i->second);
-  st.stop_waiters.erase(i);
-  rp.deliver(st.stops_outstanding());
+  self->state.stop_waiters.expire(token, self->state.stops_outstanding());
 }
 
 verification_outcome rejection(std::string id, failure_kind kind,

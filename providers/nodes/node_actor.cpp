@@ -1,4 +1,5 @@
 #include "actors/quiet.hpp"
+#include "actors/waiters.hpp"
 #include "messages/errors.hpp"
 #include "providers/nodes/node_protocol.hpp"
 
@@ -37,8 +38,7 @@ struct node_state {
   std::map<caf::actor_addr, std::map<std::string, sandbox_handle>> by_front;
   /// `(drain, wait)` waiters by token, each answered once: when nothing is
   /// in use, at its timer, or when the actor exits.
-  std::map<uint64_t, caf::typed_response_promise<uint32_t>> drain_waiters;
-  uint64_t next_drain_waiter = 0;
+  waiters<uint32_t> drain_waiters;
   static inline const char* name = "sv.node";
 
   node_state() = default;
@@ -46,10 +46,7 @@ struct node_state {
   node_state& operator=(const node_state&) = delete;
 
   /// CAF destroys the state when the actor exits: its waiters hear it.
-  ~node_state() {
-    for (auto& [token, rp] : drain_waiters)
-      rp.deliver(in_use);
-  }
+  ~node_state() { drain_waiters.answer_all(in_use); }
 };
 
 /// node -> itself: the wait of the drain waiter with this token is over.
@@ -63,37 +60,20 @@ using self_ptr = node_impl::stateful_pointer<node_state>;
 /// Answers the drain waiters once nothing is in use.
 void answer_drain_waiters(self_ptr self) {
   auto& st = self->state;
-  if (st.drain_waiters.empty() || st.in_use > 0)
-    return;
-  auto waiters = std::move(st.drain_waiters);
-  st.drain_waiters.clear();
-  for (auto& [token, rp] : waiters)
-    rp.deliver(uint32_t{0});
+  if (!st.drain_waiters.empty() && st.in_use == 0)
+    st.drain_waiters.answer_all(0);
 }
 
 caf::typed_response_promise<uint32_t> drain_and_wait(self_ptr self,
                                                      caf::timespan wait) {
   auto& st = self->state;
   st.draining = true;
-  auto rp = self->make_response_promise<uint32_t>();
-  if (st.in_use == 0 || wait <= caf::timespan{0}) {
-    rp.deliver(st.in_use);
-    return rp;
-  }
-  auto token = st.next_drain_waiter++;
-  st.drain_waiters.emplace(token, rp);
-  self->delayed_send(self, wait, drain_due_atom::value, token);
-  return rp;
+  return st.drain_waiters.wait(self, st.in_use == 0, st.in_use, wait,
+                               drain_due_atom::value);
 }
 
 void drain_due(self_ptr self, uint64_t token) {
-  auto& st = self->state;
-  auto i = st.drain_waiters.find(token);
-  if (i == st.drain_waiters.end())
-    return; // answered already
-  auto rp = std::move(i->second);
-  st.drain_waiters.erase(i);
-  rp.deliver(st.in_use);
+  self->state.drain_waiters.expire(token, self->state.in_use);
 }
 
 void forget(self_ptr self, const std::string& id) {

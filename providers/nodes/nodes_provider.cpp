@@ -1,6 +1,7 @@
 #include "providers/nodes/nodes_provider.hpp"
 
 #include "actors/quiet.hpp"
+#include "actors/waiters.hpp"
 #include "messages/errors.hpp"
 #include "messages/json.hpp"
 #include "providers/factory.hpp"
@@ -124,8 +125,7 @@ struct nodes_state {
   caf::actor registrar;
   /// `nodes_capacity` waiters by token, each answered once: when a node
   /// is up, at its timer, or when the provider exits.
-  std::map<uint64_t, caf::typed_response_promise<uint64_t>> capacity_waiters;
-  uint64_t next_capacity_waiter = 0;
+  waiters<uint64_t> capacity_waiters;
   static inline const char* name = "sv.nodes_provider";
 
   /// The summed capacity of the nodes up.
@@ -142,11 +142,7 @@ struct nodes_state {
   nodes_state& operator=(const nodes_state&) = delete;
 
   /// CAF destroys the state when the actor exits: its waiters hear it.
-  ~nodes_state() {
-    auto total = capacity_up();
-    for (auto& [token, rp] : capacity_waiters)
-      rp.deliver(total);
-  }
+  ~nodes_state() { capacity_waiters.answer_all(capacity_up()); }
 };
 
 using self_ptr = caf::stateful_actor<nodes_state>*;
@@ -159,13 +155,8 @@ void answer_capacity_waiters(self_ptr self) {
   auto& st = self->state;
   if (st.capacity_waiters.empty())
     return;
-  auto total = st.capacity_up();
-  if (total == 0)
-    return;
-  auto waiters = std::move(st.capacity_waiters);
-  st.capacity_waiters.clear();
-  for (auto& [token, rp] : waiters)
-    rp.deliver(total);
+  if (auto total = st.capacity_up(); total > 0)
+    st.capacity_waiters.answer_all(total);
 }
 
 caf::io::middleman_actor mm_actor(self_ptr self) {
@@ -664,26 +655,12 @@ caf::behavior nodes_provider(self_ptr self, nodes_settings settings,
     [=](tick_atom) { tick(self); },
     [=](nodes_stats_atom) { return stats_text(self); },
     [=](nodes_capacity_atom, caf::timespan wait) {
-      auto& st = self->state;
-      auto rp = self->make_response_promise<uint64_t>();
-      if (auto total = st.capacity_up();
-          total > 0 || wait <= caf::timespan{0}) {
-        rp.deliver(total);
-        return rp;
-      }
-      auto token = st.next_capacity_waiter++;
-      st.capacity_waiters.emplace(token, rp);
-      self->delayed_send(self, wait, capacity_due_atom::value, token);
-      return rp;
+      auto total = self->state.capacity_up();
+      return self->state.capacity_waiters.wait(self, total > 0, total, wait,
+                                               capacity_due_atom::value);
     },
     [=](capacity_due_atom, uint64_t token) {
-      auto& st = self->state;
-      auto i = st.capacity_waiters.find(token);
-      if (i == st.capacity_waiters.end())
-        return; // answered already
-      auto rp = std::move(i->second);
-      st.capacity_waiters.erase(i);
-      rp.deliver(st.capacity_up());
+      self->state.capacity_waiters.expire(token, self->state.capacity_up());
     },
     [=](join_atom, std::string& name, caf::actor& hdl) {
       return on_join(self, name, hdl);
