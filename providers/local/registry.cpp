@@ -635,19 +635,21 @@ struct local_registry::impl {
       ++running_threads;
       threads.emplace_back([this] { run_thread(io, running_threads); });
     }
-    // Between the caller path (0) and the sandboxes: a teardown still wins
-    // a core from a runner.
-    int nice = (cfg.isolation->nice + 1) / 2;
+    // Half-way between the caller path (the service's own niceness) and
+    // the sandboxes (`sandbox_nice`, absolute): a teardown still wins a
+    // core from a runner.
+    int sandbox_nice = cfg.isolation->nice;
     for (size_t i = 0; i < background_threads; ++i) {
       ++running_bg_threads;
-      bg_threads.emplace_back([this, nice] {
+      bg_threads.emplace_back([this, sandbox_nice] {
         // Lowering one's own priority needs no privilege; Linux applies
         // it to this thread only.
         auto tid = static_cast<id_t>(::syscall(SYS_gettid));
         errno = 0;
         auto now = ::getpriority(PRIO_PROCESS, tid);
-        if (nice > 0 && errno == 0 &&
-            ::setpriority(PRIO_PROCESS, tid, std::min(now + nice, 19)) != 0)
+        auto target = std::min((now + sandbox_nice + 1) / 2, 19);
+        if (errno == 0 && target > now &&
+            ::setpriority(PRIO_PROCESS, tid, target) != 0)
           spdlog::warn("local provider: cannot lower the priority of a "
                        "background thread: {}",
                        std::strerror(errno));

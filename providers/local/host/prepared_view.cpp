@@ -21,6 +21,22 @@ namespace {
                            ": " + std::strerror(errno));
 }
 
+/// Makes `dir` a private mount of its own (once: a bind onto itself), so
+/// that views mounted below it never propagate into the host's peers (on a
+/// systemd host /run is shared, and a service's private namespace would
+/// keep a copy of every view after its provider detached it).
+void make_private_mount(const char* dir) {
+  struct statx sx {};
+  if (::statx(AT_FDCWD, dir, AT_SYMLINK_NOFOLLOW, STATX_BASIC_STATS, &sx) != 0)
+    fail("statx", dir);
+  bool mount_root = (sx.stx_attributes_mask & STATX_ATTR_MOUNT_ROOT) != 0 &&
+                    (sx.stx_attributes & STATX_ATTR_MOUNT_ROOT) != 0;
+  if (!mount_root && ::mount(dir, dir, nullptr, MS_BIND, nullptr) != 0)
+    fail("bind onto itself", dir);
+  if (::mount(nullptr, dir, nullptr, MS_PRIVATE, nullptr) != 0)
+    fail("make private", dir);
+}
+
 void detach(const std::string& dir) {
   ::umount2(dir.c_str(), MNT_DETACH);
   ::rmdir(dir.c_str());
@@ -33,6 +49,7 @@ prepared_view::make(const std::vector<view_entry>& entries) {
   static std::atomic<unsigned> counter{0};
   if (::mkdir(view_dir, 0700) != 0 && errno != EEXIST)
     fail("mkdir", view_dir);
+  make_private_mount(view_dir);
   std::shared_ptr<prepared_view> v{new prepared_view};
   v->dir_ = std::string{view_dir} + "/" + std::to_string(::getpid()) + "-" +
             std::to_string(counter++);
@@ -75,9 +92,13 @@ prepared_view::make(const std::vector<view_entry>& entries) {
     case view_entry::empty_dir:
       if (::mkdir(at.c_str(), 0755) != 0)
         undo("mkdir", at);
+      // Not recursive: the entry's own file system, none of the mounts
+      // below it. A copy of a host mount here would pin it: while the view
+      // lives, nobody on the host could remove its mount point (rmdir is
+      // EBUSY for a mount point of the caller's namespace), e.g. another
+      // provider's sandbox directories or a container runtime's layers.
       if (e.kind == view_entry::bind_dir &&
-          ::mount(e.target.c_str(), at.c_str(), nullptr, MS_BIND | MS_REC,
-                  nullptr) != 0)
+          ::mount(e.target.c_str(), at.c_str(), nullptr, MS_BIND, nullptr) != 0)
         undo("bind " + e.target + " on", at);
       break;
     case view_entry::bind_file:
