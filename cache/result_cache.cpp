@@ -2,11 +2,14 @@
 
 #include "providers/factory.hpp"
 
+#include <algorithm>
 #include <array>
+#include <chrono>
 #include <initializer_list>
 #include <openssl/evp.h>
 #include <spdlog/spdlog.h>
 #include <sqlite3.h>
+#include <thread>
 
 namespace sv {
 
@@ -72,7 +75,7 @@ std::string cache_key(const verification_request& req, const json& provider) {
 }
 
 result_cache::result_cache(const std::string& path, int busy_timeout_ms)
-    : path_(path) {
+    : path_(path), busy_timeout_ms_(busy_timeout_ms) {
   // A failed open still returns a handle (holding the error) to close.
   int rc = sqlite3_open_v2(
     path.c_str(), &db_,
@@ -150,10 +153,26 @@ void result_cache::refuse_foreign_database() {
 }
 
 void result_cache::exec(const char* sql) {
-  char* err = nullptr;
-  if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
+  // SQLite answers SQLITE_BUSY at once, without its busy handler, where
+  // waiting could deadlock (a read upgrading to a write while another
+  // connection writes, a journal-mode change while another opens the
+  // file): two processes opening one new cache at the same moment meet
+  // exactly that. Such a statement is tried again within the busy timeout
+  // (only the set-up in the constructor runs here, on the opening thread).
+  using clock = std::chrono::steady_clock;
+  auto deadline = clock::now() + std::chrono::milliseconds(busy_timeout_ms_);
+  for (auto pause = std::chrono::milliseconds(1);;
+       pause = std::min(pause * 2, std::chrono::milliseconds(50))) {
+    char* err = nullptr;
+    int rc = sqlite3_exec(db_, sql, nullptr, nullptr, &err);
     sqlite3_free(err);
-    fail("cannot use it");
+    if (rc == SQLITE_OK)
+      return;
+    auto primary = rc & 0xff;
+    if ((primary != SQLITE_BUSY && primary != SQLITE_LOCKED) ||
+        clock::now() + pause > deadline)
+      fail("cannot use it");
+    std::this_thread::sleep_for(pause);
   }
 }
 

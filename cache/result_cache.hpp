@@ -88,6 +88,7 @@ private:
   [[noreturn]] void fail(const std::string& what) const;
 
   std::string path_;
+  int busy_timeout_ms_;
   sqlite3* db_ = nullptr;
   sqlite3_stmt* select_ = nullptr;
   sqlite3_stmt* insert_ = nullptr;
