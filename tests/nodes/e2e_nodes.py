@@ -154,6 +154,20 @@ def leftovers(root):
     return [e for e in os.listdir(root) if not e.startswith(".")]
 
 
+def uploaded(root):
+    """A sandbox of `root` holds a submission's files: its create is done
+    and its runner about to start (a create still in flight when its node
+    dies is placed again on another node, neither lost nor retried)."""
+    for name in leftovers(root):
+        try:
+            if [e for e in os.listdir(os.path.join(root, name))
+                    if not e.startswith(".")]:
+                return True
+        except OSError:
+            pass  # gone meanwhile, or not a directory
+    return False
+
+
 def wait_until(pred, timeout):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -181,7 +195,7 @@ def case_spread_and_kill(c):
         check(used(c, ep), f"node {ep} got no work")
     # kill -9 of one node mid-batch.
     proc = c.grade(eps, 24, 1.5)
-    check(wait_until(lambda: leftovers(nodes[1].root), 20),
+    check(wait_until(lambda: uploaded(nodes[1].root), 20),
           "kill: nothing started on the node")
     nodes[1].kill()
     nodes[1].wait(timeout=10)
