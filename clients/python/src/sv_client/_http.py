@@ -51,9 +51,17 @@ class _Conn:
                 and time.monotonic() - self.idle_since < MAX_IDLE_S)
 
     def close(self):
+        """Closes it from any thread (a transport is its loop's to touch)."""
         try:
-            self.writer.close()
-        except RuntimeError:  # its loop is closed already
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        try:
+            if running is self.loop:
+                self.writer.close()
+            elif not self.loop.is_closed():
+                self.loop.call_soon_threadsafe(self.writer.close)
+        except RuntimeError:  # its loop closed meanwhile
             pass
 
 

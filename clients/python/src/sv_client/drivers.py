@@ -169,6 +169,10 @@ class ProviderDriver:
                   grace_s: float) -> Dict[str, Any]:
         command = " ".join(shlex.quote(a) for a in argv)
         if log_path:
+            # Relative to cwd where it lies there: the command runs in cwd.
+            prefix = cwd.rstrip("/") + "/"
+            log_path = log_path[len(prefix):] if cwd and \
+                log_path.startswith(prefix) else log_path
             command = f"{command} > {shlex.quote(log_path)} 2>&1"
         res = await asyncio.wait_for(self.provider.exec(
             handle, command, cwd=cwd, env=dict(env), timeout_s=timeout_s),
@@ -181,14 +185,14 @@ class ProviderDriver:
                "stdout": res.stdout or "", "stderr": res.stderr or "",
                "log_tail": ""}
         if log_path and kind != "sandbox":
-            out["log_tail"] = await self._tail(handle, log_path)
+            out["log_tail"] = await self._tail(handle, cwd, log_path)
         return out
 
-    async def _tail(self, handle, log_path) -> str:
+    async def _tail(self, handle, cwd, log_path) -> str:
         try:
             res = await asyncio.wait_for(self.provider.exec(
                 handle, f"tail -c {LOG_TAIL_BYTES} {shlex.quote(log_path)}",
-                timeout_s=30), 40)
+                cwd=cwd, timeout_s=30), 40)
             return (res.stdout or "") if res.return_code == 0 else ""
         except Exception:  # the tail is a courtesy
             return ""

@@ -92,6 +92,10 @@ def answer_error(url: str, status: int, body: bytes) -> Exception:
                 status)
         return SvServeError(status, f"http_{status}", snippet)
     code, message = fields
+    if code == "bad_request" and "TLS" in message:
+        return ConfigurationError(
+            "tls", f"{url} answered {status}: {message}: use an https:// url",
+            url, status)
     if code in ("no_such_endpoint", "method_not_allowed"):
         return ConfigurationError(
             "unknown_route", f"{url} is sv-serve but has no such route "
