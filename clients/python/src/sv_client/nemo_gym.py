@@ -135,6 +135,7 @@ class SvServeProvider:
             sandbox_id = await self._driver(workdir).create(body, ready)
         except ConfigurationError as e:
             LOGGER.error("sv_serve: %s", e)
+            self.client.close_idle()  # every later call fails the same way
             raise SvServeConfigurationError(e.reason, str(e), e.url,
                                             e.http_status) from e
         except SandboxNotReady as e:
