@@ -6,9 +6,10 @@ upload of spec.files, exec with cwd defaulting to spec.workdir, upload,
 download, status, stop = close + aclose). NeMo Gym is not installed here:
 the driver below follows its source. Standard library only; waits bounded.
 
-Called as: e2e_nemo_gym_provider.py SV_SERVE
-Binary uploads need sv-serve's octet-stream route (CONTRACTS.md 3): where
-the server answers it 400/404/405 that case says SKIPPED and the rest runs.
+Called as: e2e_nemo_gym_provider.py SV_SERVE protocol|binary
+  protocol: the protocol end to end (bytes downloaded, text uploaded).
+  binary: bytes uploaded (CONTRACTS.md 3); exits 77 (skipped) when sv-serve
+    answers its octet-stream upload route 400, 404 or 405.
 """
 
 import asyncio
@@ -25,9 +26,11 @@ import svtest
 
 svtest.use_source_tree()
 
-from sv_client import (ConfigurationError, SvServeConfigurationError,  # noqa
-                       SvServeError, SvServeProvider, SvServeUnsupportedError,
-                       SANDBOX_RUNTIME_RETURN_CODE)
+from sv_client import (ConfigurationError, SandboxClient,  # noqa: E402
+                       SvServeConfigurationError, SvServeError,
+                       SvServeProvider, SvServeUnsupportedError,
+                       SANDBOX_RUNTIME_RETURN_CODE,
+                       run_verification_sandbox_sync)
 from sv_client._nemo_types import (SandboxCreateError,  # noqa: E402
                                    SandboxCreateVerificationError,
                                    SandboxResources, SandboxSpec,
@@ -160,31 +163,18 @@ class Lifecycle(unittest.TestCase):
             self.assertEqual(r.return_code, 0, r)
             await box.download("/sandbox/out.txt", local / "down" / "out.txt")
             self.assertEqual((local / "down" / "out.txt").read_text(), "42\n")
-            await self.binary_files(box, local)
+            await self.binary_download(box, local)
             await self.refusals(box, local, provider)
             handle = box._handle
         self.assertEqual(await provider.status(handle), SandboxStatus.STOPPED)
         await provider.close(handle)  # a second close is quiet
         await provider.aclose()
 
-    async def binary_files(self, box, local):
+    async def binary_download(self, box, local):
         r = await box.exec(r"printf '\000\377\376\n' > made.bin")
         self.assertEqual(r.return_code, 0, r)
         await box.download("made.bin", local / "made.bin")
         self.assertEqual((local / "made.bin").read_bytes(), b"\x00\xff\xfe\n")
-        data = bytes(range(256)) * 3
-        (local / "up.bin").write_bytes(data)
-        try:
-            await box.upload(local / "up.bin", "/sandbox/bin/up.bin")
-        except SvServeError as e:
-            self.assertIn(e.status, (400, 404, 405), e)
-            print(f"\nSKIPPED binary upload: this sv-serve has no "
-                  f"octet-stream route yet ({e})")
-            return
-        r = await box.exec("wc -c < bin/up.bin")
-        self.assertEqual(r.stdout.strip(), str(len(data)))
-        await box.download("bin/up.bin", local / "back.bin")
-        self.assertEqual((local / "back.bin").read_bytes(), data)
 
     async def refusals(self, box, local, provider):
         with self.assertRaises(FileNotFoundError):
@@ -392,13 +382,112 @@ class Failures(unittest.TestCase):
         bounded(main())
 
 
+
+class Binary(unittest.TestCase):
+    """Bytes both ways (CONTRACTS.md 3): the octet-stream upload route, the
+    {"base64"} values of a JSON upload, a seed submission with a binary
+    file. Run only where sv-serve has the route (see main)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.root = os.path.join(TMP, "root")
+        cls.s = svtest.Server(SV_SERVE, TMP, "binary", {"local": {
+            "isolation": "none", "root": cls.root}})
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.s.stop()
+
+    def test_provider_round_trip_of_bytes(self):
+        data = bytes(range(256)) * 3
+        local = Path(TMP) / "bytes"
+        local.mkdir()
+        (local / "up.bin").write_bytes(data)
+
+        async def main():
+            provider = SvServeProvider(url=self.s.url)
+            async with AsyncSandbox(provider, SandboxSpec()) as box:
+                await box.start()
+                await box.upload(local / "up.bin", "/sandbox/bin/up.bin")
+                await box.upload(local / "up.bin", "rel/up.bin")
+                r = await box.exec("wc -c < bin/up.bin; cmp bin/up.bin "
+                                   "rel/up.bin && echo same")
+                self.assertEqual(r.stdout.split(), [str(len(data)), "same"])
+                await box.download("/sandbox/bin/up.bin", local / "back.bin")
+            self.assertEqual((local / "back.bin").read_bytes(), data)
+        bounded(main())
+
+    def test_json_upload_of_bytes(self):
+        async def main():
+            client = SandboxClient(self.s.url)
+            sid = (await client.create({}, 10))["sandbox_id"]
+            try:
+                await client.upload_files(sid, "d", {"a.bin": b"\xff\x00\n",
+                                                     "t.txt": "text"})
+                self.assertEqual(await client.download(sid, "d/a.bin"),
+                                 b"\xff\x00\n")
+                self.assertEqual(await client.download(sid, "d/t.txt"),
+                                 b"text")
+            finally:
+                await client.stop(sid)
+                client.close_idle()
+        bounded(main())
+
+    def test_a_submission_with_a_binary_file(self):
+        runner = ("import json, sys\n"
+                  "data = open('fixture.bin', 'rb').read()\n"
+                  "json.dump({'reward': 1.0, 'fixture': list(data)},"
+                  " open(sys.argv[2], 'w'))\n")
+        out = run_verification_sandbox_sync(
+            {"sv_serve": {"url": self.s.url}},
+            {"python": sys.executable, "ready_timeout_s": 10},
+            {"sandbox_runner.py": runner, "fixture.bin": b"\x00\xff\xfe"},
+            {}, 10, json.loads)
+        self.assertEqual(out, {"reward": 1.0, "fixture": [0, 255, 254]})
+
+
+def octet_stream_missing():
+    """Why this sv-serve cannot take bytes (its answer to the octet-stream
+    upload route), or "" when it can."""
+    s = svtest.Server(SV_SERVE, TMP, "probe", {"scripted": {}})
+
+    async def probe():
+        client = SandboxClient(s.url)
+        sid = (await client.create({}, 10))["sandbox_id"]
+        try:
+            await client.upload_bytes(sid, "probe.bin", b"\x00\xff")
+            return ""
+        except SvServeError as e:
+            if e.status in (400, 404, 405):
+                return str(e)
+            raise
+        except ConfigurationError as e:
+            if e.http_status in (404, 405):
+                return str(e)
+            raise
+        finally:
+            await client.stop(sid)
+            client.close_idle()
+    try:
+        return bounded(probe())
+    finally:
+        s.stop()
+
+
 def main():
     global SV_SERVE, TMP
-    if len(sys.argv) != 2:
-        sys.exit(f"usage: {sys.argv[0]} SV_SERVE")
-    SV_SERVE = sys.argv[1]
+    if len(sys.argv) != 3 or sys.argv[2] not in ("protocol", "binary"):
+        sys.exit(f"usage: {sys.argv[0]} SV_SERVE protocol|binary")
+    SV_SERVE, mode = sys.argv[1:]
     with tempfile.TemporaryDirectory(prefix="sv-nemo-") as tmp:
         TMP = tmp
+        if mode == "binary":
+            why = octet_stream_missing()
+            if why:
+                print(f"SKIPPED: this sv-serve answers the octet-stream "
+                      f"upload route (CONTRACTS.md 3) with: {why}")
+                sys.exit(svtest.SKIP)
+            sys.exit(svtest.run_suites([Binary]))
         sys.exit(svtest.run_suites([Lifecycle, Wire, Failures]))
 
 

@@ -10,7 +10,7 @@ Called as: e2e_sv_client.py SV_SERVE PYTHON MODE
   local: real runners: pass, wrong answer, crash (log tail), timeout, a
     result that is not JSON parsed by the caller, no result.json, a parser
     that raises, work_dir absolute and relative, a NeMo Gym provider object
-    of another kind, binary files.
+    of another kind. (Binary files: e2e_nemo_gym_provider.py binary.)
   config: configuration errors raised, never masked (issue 19 item 24):
     wrong or missing token, a URL that is not sv-serve, TLS mismatches;
     beside them the transient faults that are masked.
@@ -220,10 +220,6 @@ if req.get("bytes"):
 if req.get("plain"):
     open(sys.argv[2], "w").write("reward=%s\n" % (req["plain"] == 42))
     sys.exit(0)
-if req.get("fixture"):
-    data = open("fixture.bin", "rb").read()
-    json.dump({"reward": 1.0, "fixture": list(data)}, open(sys.argv[2], "w"))
-    sys.exit(0)
 reward = 1.0 if req.get("answer") == 42 else 0.0
 json.dump({"reward": reward, "echo": req}, open(sys.argv[2], "w"))
 '''
@@ -311,18 +307,6 @@ class Local(unittest.TestCase, Failing):
                          "verifier_error", "exec", "timeout")
         self.assertEqual(provider.live, set())
         self.assertEqual(provider.closed, 3)
-
-    def test_binary_files(self):
-        files = {**self.files, "fixture.bin": b"\x00\xff\xfe\x01"}
-        try:
-            out = self.one({"fixture": True}, files=files)
-        except SandboxVerificationError as e:
-            if e.http_status == 400 and e.state == "upload":
-                print(f"SKIPPED binary files: this sv-serve takes no "
-                      f"{{\"base64\"}} file values yet ({e.message})")
-                return
-            raise
-        self.assertEqual(out["fixture"], [0, 255, 254, 1])
 
 
 def main():
