@@ -29,7 +29,6 @@ import svtest
 
 svtest.use_source_tree()
 
-import sv_client  # noqa: E402
 from sv_client import (ConfigurationError, SandboxClient,  # noqa: E402
                        SandboxVerificationConfig, SandboxVerificationError,
                        SvServeProvider, run_verification_sandbox,

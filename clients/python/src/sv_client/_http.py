@@ -121,8 +121,9 @@ class HttpClient:
     # -- the pool ---------------------------------------------------------------
 
     def _forget_closed_loops(self):
-        for loop in [l for l in self._slots if l.is_closed()]:
-            del self._slots[loop]
+        # list(): other threads' loops may add entries meanwhile.
+        for loop in [lp for lp in list(self._slots) if lp.is_closed()]:
+            self._slots.pop(loop, None)
             for conn in self._idle.pop(loop, []):
                 conn.close()
 
