@@ -197,6 +197,36 @@ class Wire(unittest.TestCase):
         self.assertEqual(fake.requests[-1][:2],
                          ("DELETE", "/v1/sandboxes/sbx-1"))
 
+    def test_bytes_go_as_contracts_3_says(self):
+        fake = fake_sv_serve()
+        self.addCleanup(fake.close)
+        provider = SvServeProvider(fake.url)
+        local = Path(TMP) / "wire"
+        local.mkdir()
+        (local / "b.bin").write_bytes(b"\x00\xff")
+        (local / "t.txt").write_text("caf\u00e9")
+
+        async def main():
+            handle = await provider.create(SandboxSpec())
+            await provider.upload_file(handle, local / "b.bin", "/sandbox/d/b.bin")
+            await provider.upload_file(handle, local / "b.bin", "/tests/b.bin")
+            await provider.upload_file(handle, local / "t.txt", "/sandbox/d/t.txt")
+            await provider.client.upload_files(handle.sandbox_id, "/x",
+                                               {"b": b"\x00\xff", "t": "x"})
+            await provider.aclose()
+        bounded(main())
+        puts = [r for r in fake.requests if r[0] == "PUT"]
+        self.assertEqual([(r[1], r[2]["Content-Type"], r[3]) for r in puts[:2]],
+                         [("/v1/sandboxes/sbx-1/files?path=d%2Fb.bin",
+                           "application/octet-stream", b"\x00\xff"),
+                          ("/v1/sandboxes/sbx-1/files?path=%2Ftests%2Fb.bin",
+                           "application/octet-stream", b"\x00\xff")])
+        self.assertEqual((puts[2][1], json.loads(puts[2][3])),
+                         ("/v1/sandboxes/sbx-1/files",
+                          {"dir": "d", "files": {"t.txt": "caf\u00e9"}}))
+        self.assertEqual(json.loads(puts[3][3]), {
+            "dir": "/x", "files": {"b": {"base64": "AP8="}, "t": "x"}})
+
     def test_a_sandbox_that_never_runs(self):
         fake = fake_sv_serve(("error",))
         self.addCleanup(fake.close)
