@@ -18,6 +18,7 @@ naming it, never dropped.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional
@@ -50,8 +51,12 @@ class SvServeUnsupportedError(SandboxCreateError, ValueError):
 def _resources_of(resources: Any) -> Dict[str, Any]:
     if resources is None:
         return {}
-    items = resources.items() if isinstance(resources, Mapping) \
-        else vars(resources).items()
+    if isinstance(resources, Mapping):
+        items = resources.items()
+    elif dataclasses.is_dataclass(resources):
+        items = dataclasses.asdict(resources).items()
+    else:
+        items = vars(resources).items()
     return {k: v for k, v in items if v is not None}
 
 

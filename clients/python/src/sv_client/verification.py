@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import posixpath
 import uuid
 from typing import Any, Callable, Dict, Mapping, Optional
@@ -25,6 +26,8 @@ from ._sync import run_blocking
 from .errors import ConfigurationError
 from .steps import Call, SandboxVerificationError, fail
 from .targets import open_target
+
+LOGGER = logging.getLogger("sv_client")
 
 DEFAULT_WORK_DIR = "/sandbox"
 RUNNER_FILE = "sandbox_runner.py"
@@ -172,7 +175,10 @@ async def run_verification_sandbox(
         spec = call.spec(_metadata(default_metadata, metadata, cfg.metadata))
         text = await call.run(spec, dict(files), request_text)
     finally:
-        await driver.release()
+        try:
+            await driver.release()
+        except Exception as e:  # a provider's aclose: the outcome stands
+            LOGGER.warning("sv_client: closing the provider failed: %s", e)
     return _parsed(text, parse_result)
 
 
@@ -189,7 +195,7 @@ def run_verification_sandbox_sync(provider, config, files, request,
                                   exec_timeout_s, parse_result,
                                   metadata=None, work_dir=DEFAULT_WORK_DIR):
     """``run_verification_sandbox`` for code without an event loop: blocks
-    until done (on a thread of its own when this thread runs a loop)."""
+    until done (the call runs on the package's own event loop thread)."""
     return run_blocking(lambda: run_verification_sandbox(
         provider, config, files, request, exec_timeout_s, parse_result,
         metadata, work_dir))
