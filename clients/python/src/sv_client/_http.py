@@ -246,8 +246,14 @@ class HttpClient:
         if "chunked" in headers.get("transfer-encoding", "").lower():
             return await self._read_chunked(reader)
         length = headers.get("content-length")
-        if length is None:
-            data = await reader.read(self._max_body + 1)
+        if length is None:  # the body ends with the connection
+            data = bytearray()
+            while len(data) <= self._max_body:
+                chunk = await reader.read(1 << 16)
+                if not chunk:
+                    break
+                data += chunk
+            data = bytes(data)
         else:
             if not length.isdigit():
                 raise SvServeError(0, "garbled", f"{self.url} sent "
