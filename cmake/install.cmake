@@ -40,6 +40,55 @@ install(FILES "${PROJECT_BINARY_DIR}/sandbox_verificationConfig.cmake"
               "${PROJECT_SOURCE_DIR}/cmake/FindCAF.cmake"
         DESTINATION "${SV_INSTALL_CMAKEDIR}")
 
+# -- the Python package (clients/python) -------------------------------------
+#
+# Installed as Debian installs Python modules: the package `sv_client` and a
+# dist-info directory holding its entry point, so importlib.metadata (NeMo
+# Gym's registry) finds the provider `sv_serve` with no pip on the machine.
+# Name, version and entry points are read from clients/python/pyproject.toml.
+
+set(SV_PYTHON_INSTALL_DIR "lib/python3/dist-packages" CACHE STRING
+    "Where the Python package goes, relative to the install prefix")
+set(SV_PYPROJECT "${PROJECT_SOURCE_DIR}/clients/python/pyproject.toml")
+set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${SV_PYPROJECT}")
+file(STRINGS "${SV_PYPROJECT}" sv_pyproject_lines)
+set(sv_py_section "")
+set(sv_py_in_entry_points FALSE)
+set(SV_PY_ENTRY_POINTS "")
+set(sv_py_entry_count 0)
+foreach(line IN LISTS sv_pyproject_lines)
+  if(line MATCHES "^\\[(.*)\\]$")
+    set(sv_py_section "${CMAKE_MATCH_1}")
+    set(sv_py_in_entry_points FALSE)
+    if(sv_py_section MATCHES "^project\\.entry-points\\.\"(.*)\"$")
+      string(APPEND SV_PY_ENTRY_POINTS "[${CMAKE_MATCH_1}]\n")
+      set(sv_py_in_entry_points TRUE)
+    endif()
+  elseif(sv_py_in_entry_points AND line MATCHES "^([A-Za-z0-9_.-]+) = \"(.*)\"$")
+    string(APPEND SV_PY_ENTRY_POINTS "${CMAKE_MATCH_1} = ${CMAKE_MATCH_2}\n")
+    math(EXPR sv_py_entry_count "${sv_py_entry_count} + 1")
+  elseif(sv_py_section STREQUAL "project" AND line MATCHES "^name = \"(.*)\"$")
+    set(SV_PY_NAME "${CMAKE_MATCH_1}")
+  elseif(sv_py_section STREQUAL "project" AND line MATCHES "^version = \"(.*)\"$")
+    set(SV_PY_VERSION "${CMAKE_MATCH_1}")
+  endif()
+endforeach()
+if(NOT SV_PY_NAME OR NOT SV_PY_VERSION OR sv_py_entry_count EQUAL 0)
+  message(FATAL_ERROR "${SV_PYPROJECT}: no [project] name/version or entry points")
+endif()
+string(REPLACE "-" "_" sv_py_dist "${SV_PY_NAME}")
+set(sv_dist_info "${PROJECT_BINARY_DIR}/python/${sv_py_dist}-${SV_PY_VERSION}.dist-info")
+file(WRITE "${sv_dist_info}/METADATA"
+     "Metadata-Version: 2.1\nName: ${SV_PY_NAME}\nVersion: ${SV_PY_VERSION}\n"
+     "Summary: sv-serve from Python and NeMo Gym's sv_serve sandbox provider\n"
+     "Requires-Python: >=3.8\n")
+file(WRITE "${sv_dist_info}/entry_points.txt" "${SV_PY_ENTRY_POINTS}")
+file(WRITE "${sv_dist_info}/top_level.txt" "sv_client\n")
+file(WRITE "${sv_dist_info}/INSTALLER" "dpkg\n")
+install(DIRECTORY "${PROJECT_SOURCE_DIR}/clients/python/src/sv_client"
+        DESTINATION "${SV_PYTHON_INSTALL_DIR}" FILES_MATCHING PATTERN "*.py")
+install(DIRECTORY "${sv_dist_info}" DESTINATION "${SV_PYTHON_INSTALL_DIR}")
+
 # -- the .deb -----------------------------------------------------------------
 
 set(CPACK_PACKAGE_NAME "sandbox-verification")

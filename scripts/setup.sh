@@ -15,6 +15,8 @@ packages=(
   libsqlite3-dev libssl-dev      # the result cache (--cache): SQLite, SHA-256
   catch2                         # Catch2 2.13 (tests)
   python3                        # runners, job generator, end-to-end tests
+  python3-setuptools python3-wheel python3-pip  # clients/python, built offline
+  python3-venv python3-setuptools-whl python3-wheel-whl  # ... into a fresh venv
   bubblewrap                     # isolation of the local provider
   libseccomp-dev pkg-config      # its seccomp filter
   util-linux                     # setpriv: drop to the sandbox's own uid
