@@ -475,9 +475,11 @@ class Channel:
                     del self.buf[:4 + k]
                     try:
                         return decode(payload)
-                    except (ValueError, TypeError, RecursionError,
-                            MemoryError, UnicodeError, IndexError) as e:
-                        raise CandidateGone(f"sent garbage ({e})") from None
+                    except Exception as e:  # any frame we cannot decode
+                        # (OverflowError of f0x1p99999;, unhashable set
+                        # items, ...) is the candidate's fault, not ours.
+                        raise CandidateGone(f"sent garbage ({shown(e)})") \
+                            from None
             self._pump(False)
 
 
@@ -518,6 +520,17 @@ def spawn_candidate(python, scratch, protected, site):
     return pid, req_w, rep_r, err_r
 
 
+def shown(v, limit=200):
+    """str of an exception or repr of a value, whatever it holds: what the
+    candidate sent may be nested past the recursion limit or huge."""
+    try:
+        text = f"{type(v).__name__}: {v}" if isinstance(v, BaseException) \
+            else v if type(v) is str else repr(v)
+    except Exception:
+        text = f"a {type(v).__name__} that cannot be shown"
+    return text[:limit]
+
+
 def describe(e, test):
     """One line for an exception of the tests: type, message, test line."""
     line, tb = None, e.__traceback__
@@ -525,7 +538,7 @@ def describe(e, test):
         if tb.tb_frame.f_code.co_filename == "<test>":
             line = tb.tb_lineno
         tb = tb.tb_next
-    text = f"{type(e).__name__}: {e}".strip()
+    text = shown(e, DETAIL_CHARS).strip()
     if line is not None:
         src = test.splitlines()[line - 1].strip() if 0 < line <= len(
             test.splitlines()) else ""
@@ -574,10 +587,10 @@ def judge(chan, req):
     chan.started = True  # from here on, whatever happens is the candidate's
     chan.send(("load", req["prompt"] + req["completion"], req["entry_point"]))
     reply = chan.recv()
-    if reply != ("loaded",):
+    if type(reply) is not tuple or reply != ("loaded",):
         return "failed", "the program failed to load: " + (
-            f"{reply[1]}: {reply[2]}" if type(reply) is tuple
-            and len(reply) == 3 else repr(reply)[:200])
+            f"{shown(reply[1])}: {shown(reply[2], DETAIL_CHARS)}"
+            if type(reply) is tuple and len(reply) == 3 else shown(reply))
     try:
         ns["check"](proxy)
     except CandidateGone:
@@ -870,6 +883,9 @@ def main(argv):
         # Only possible without Landlock: the directory was swapped.
         status, detail = "failed", "the candidate moved the call directory"
     passed = status == "passed"
+    # The candidate's strings may hold lone surrogates: a strict JSON parser
+    # (the caller's) rejects their escapes, which would mask the sample.
+    detail = detail.encode("utf-8", "backslashreplace").decode("utf-8")
     write_result(reserved, argv[2], {
         "reward": 1.0 if passed else 0.0,
         "passed": passed,

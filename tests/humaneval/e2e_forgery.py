@@ -120,7 +120,8 @@ def check_outcomes(mode, cases, outputs):
         if (result["status"], result["reward"]) != (status, reward):
             fail(f"{mode}/{name}: {result['status']} {result['reward']}, "
                  f"expected {status} {reward}", detail)
-        if "LEAK" in detail or "failed to load" in detail:
+        if "LEAK" in detail or ("failed to load" in detail
+                                and name not in attacks.LOAD_FAILS):
             fail(f"{mode}/{name}: the attack found something or broke",
                  detail)
         if mode == "none" and "DAEMON" in detail:
