@@ -2,7 +2,7 @@
 """The HumanEval harness run bare against a plain runner (issue 23 target 1).
 
   bench/harness_bench.py [--jobs 40] [--rounds 3] [--python /usr/bin/python3]
-                         [--runner FILE] [--baseline FILE]
+                         [--runner FILE] [--source] [--baseline FILE]
 
 No sandbox, no sv-grade: each job gets a fresh directory holding the runner
 and request.json (made before the clock starts), and the clock covers one
@@ -13,6 +13,9 @@ exit 0. Programs alternate job by job (plain, harness[, baseline]), the order
 rotating every round, so a load that comes and goes is spread over all of
 them. Reported: per program, the median wall time of one job and its CPU
 (user + system of the runner and its children), and the ratio to plain.
+
+The harness is examples/humaneval/sandbox_runner.py as make_jobs.py ships
+it (packed for --python: pack_runner), or its source with --source.
 
 The plain runner is the floor of a harness: it writes prompt + completion +
 test + check(entry_point) to a file and runs it in one child python
@@ -63,6 +66,9 @@ def parse_args(argv):
     p.add_argument("--python", default="/usr/bin/python3")
     p.add_argument("--runner", default=os.path.join(EXAMPLE,
                                                     "sandbox_runner.py"))
+    p.add_argument("--source", action="store_true",
+                   help="the runner's source, not packed as make_jobs ships "
+                        "it")
     p.add_argument("--baseline", default=None,
                    help="an earlier sandbox_runner.py, in the alternation")
     p.add_argument("--timeout", type=float, default=10.0,
@@ -119,6 +125,10 @@ def main(argv):
     programs = {"plain": PLAIN_RUNNER}
     with open(args.runner) as f:
         programs["harness"] = f.read()
+    if not args.source:
+        sys.path.insert(0, EXAMPLE)
+        from make_jobs import pack_runner
+        programs["harness"] = pack_runner(programs["harness"], args.python)
     if args.baseline:
         with open(args.baseline) as f:
             programs["baseline"] = f.read()

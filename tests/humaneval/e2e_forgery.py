@@ -2,8 +2,9 @@
 """The HumanEval harness cannot be fooled: every completion of attacks.py,
 graded by the real sv-grade on the local provider, gets the outcome it
 deserves (0.0 and not masked, unless marked correct), in bwrap mode and in
-isolation none. Before that, the runner alone: modules planted where it
-runs are never imported.
+isolation none, shipped as make_jobs.py ships it (packed). Before that, the
+runner alone, packed and as source: modules planted where it runs are never
+imported.
 
 Usage: e2e_forgery.py SV_GRADE MAKE_JOBS PYTHON
 Exit 77 (skipped) without root or bubblewrap, after the runner-alone part.
@@ -19,6 +20,10 @@ import tempfile
 
 import attacks
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(
+    os.path.dirname(os.path.abspath(__file__)))), "examples", "humaneval"))
+from make_jobs import pack_runner  # noqa: E402
+
 SKIP = 77
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLE = os.path.join(os.path.dirname(os.path.dirname(HERE)), "examples",
@@ -29,7 +34,9 @@ RUNNER = os.path.join(EXAMPLE, "sandbox_runner.py")
 PLANTED = ["json", "os", "select", "struct", "time", "ctypes", "random",
            "math", "copy", "typing", "traceback", "linecache", "shutil",
            "re", "gc", "hashlib", "bisect", "string", "collections",
-           "sitecustomize", "usercustomize", "fcntl", "io", "abc"]
+           "sitecustomize", "usercustomize", "fcntl", "io", "abc", "gc",
+           "_json", "marshal", "binascii", "zlib", "resource", "signal",
+           "traceback"]
 
 
 def fail(what, extra=""):
@@ -50,12 +57,19 @@ def request(task, completion, timeout_s):
 
 def runner_alone(python, task, tmp):
     """Planted modules in the call directory are never imported."""
-    for name, completion, reward in (
-            ("correct", task["canonical_solution"], 1.0),
-            ("wrong", "    return None\n", 0.0)):
+    with open(RUNNER, encoding="utf-8") as f:
+        source = f.read()
+    for name, completion, reward, runner in (
+            ("correct", task["canonical_solution"], 1.0, source),
+            ("wrong", "    return None\n", 0.0, source),
+            ("correct-packed", task["canonical_solution"], 1.0,
+             pack_runner(source, python)),
+            ("wrong-packed", "    return None\n", 0.0,
+             pack_runner(source, python))):
         d = os.path.join(tmp, "alone-" + name)
         os.mkdir(d)
-        shutil.copy(RUNNER, d)
+        with open(os.path.join(d, "sandbox_runner.py"), "w") as f:
+            f.write(runner)
         for mod in PLANTED:
             with open(os.path.join(d, mod + ".py"), "w") as f:
                 f.write(f"open({os.path.join(d, 'IMPORTED-' + mod)!r}, 'w')\n")
@@ -76,20 +90,23 @@ def runner_alone(python, task, tmp):
         if result["reward"] != reward:
             fail(f"runner alone ({name}): reward {result['reward']}",
                  json.dumps(result))
-    print("ok: runner alone: planted modules never imported")
+    print("ok: runner alone, source and packed: planted modules never "
+          "imported")
 
 
 def jobs(task, python):
     with open(RUNNER, encoding="utf-8") as f:
-        runner = f.read()
+        runner = pack_runner(f.read(), python)
     cases = attacks.completions(DATASET)
     cases["canonical"] = (task["canonical_solution"], "passed", 1.0)
     cases["broken"] = ("    raise NotImplementedError\n", "failed", 0.0)
     lines = []
     for name, (completion, _, _) in cases.items():
+        timeout_s = attacks.SLOW.get(name, 3)
         lines.append(json.dumps({
             "id": name, "files": {"sandbox_runner.py": runner},
-            "request": request(task, completion, 3), "exec_timeout_s": 20,
+            "request": request(task, completion, timeout_s),
+            "exec_timeout_s": timeout_s + 17,
             "metadata": {"task": "forgery"}, "config": {"python": python}}))
     return cases, "\n".join(lines) + "\n"
 
