@@ -92,7 +92,8 @@ def load_jobs(n, timeout):
 
 
 def run_one(python, runner_text, request, expected, work):
-    """Wall and CPU ms of one job in a fresh directory; checks the result."""
+    """Wall and CPU ms and minor page faults of one job in a fresh
+    directory; checks the result."""
     d = tempfile.mkdtemp(dir=work)
     with open(os.path.join(d, "sandbox_runner.py"), "w") as f:
         f.write(runner_text)
@@ -107,6 +108,7 @@ def run_one(python, runner_text, request, expected, work):
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime + after.ru_stime - before.ru_utime
            - before.ru_stime) * 1000
+    faults = after.ru_minflt - before.ru_minflt
     try:
         with open(os.path.join(d, "result.json")) as f:
             reward = json.load(f)["reward"]
@@ -117,7 +119,7 @@ def run_one(python, runner_text, request, expected, work):
                  f"{reward}, expected {expected}\n"
                  f"{proc.stderr.decode(errors='replace')[-2000:]}")
     shutil.rmtree(d)
-    return wall, cpu
+    return wall, cpu, faults
 
 
 def main(argv):
@@ -136,31 +138,36 @@ def main(argv):
     names = list(programs)
     wall = {n: [] for n in names}
     cpu = {n: [] for n in names}
+    faults = {n: [] for n in names}
     loads = [os.getloadavg()[0]]
     with tempfile.TemporaryDirectory(prefix="sv-harness-bench-") as work:
         for r in range(args.rounds):
             order = names[r % len(names):] + names[:r % len(names)]
             for request, expected in jobs:
                 for n in order:
-                    w, c = run_one(args.python, programs[n], request,
-                                   expected, work)
+                    w, c, f = run_one(args.python, programs[n], request,
+                                      expected, work)
                     wall[n].append(w)
                     cpu[n].append(c)
+                    faults[n].append(f)
             loads.append(os.getloadavg()[0])
     plain_wall = statistics.median(wall["plain"])
     plain_cpu = statistics.median(cpu["plain"])
     print(f"{args.jobs} jobs x {args.rounds} rounds, {args.python}, "
           f"load (1 min) {' '.join(f'{x:.1f}' for x in loads)}")
+    plain_faults = statistics.median(faults["plain"])
     print("| program | wall ms/job (median) | mean | x plain | "
-          "CPU ms/job (median) | x plain |")
-    print("|---|---|---|---|---|---|")
+          "CPU ms/job (median) | x plain | page faults/job | x plain |")
+    print("|---|---|---|---|---|---|---|---|")
     summary = {"jobs": args.jobs, "rounds": args.rounds, "loads": loads}
     for n in names:
         mw, mc = statistics.median(wall[n]), statistics.median(cpu[n])
+        mf = statistics.median(faults[n])
         print(f"| {n} | {mw:.1f} | {statistics.mean(wall[n]):.1f} | "
-              f"**{mw / plain_wall:.2f}** | {mc:.1f} | {mc / plain_cpu:.2f} |")
+              f"**{mw / plain_wall:.2f}** | {mc:.1f} | {mc / plain_cpu:.2f} |"
+              f" {mf:.0f} | {mf / plain_faults:.2f} |")
         summary[n] = {"wall_ms": round(mw, 2), "cpu_ms": round(mc, 2),
-                      "wall_ratio": round(mw / plain_wall, 3),
+                      "faults": mf, "wall_ratio": round(mw / plain_wall, 3),
                       "cpu_ratio": round(mc / plain_cpu, 3)}
     print(json.dumps(summary))
     return 0

@@ -455,12 +455,12 @@ def drop_site():
         parts = path.split("/")
         return "site-packages" in parts or "dist-packages" in parts
 
-    roots = {sys.base_prefix.rstrip("/") + "/",
-             sys.base_exec_prefix.rstrip("/") + "/"}
     def module_from_site(name):
         return from_site(getattr(sys.modules.get(name), "__file__", None)
                          or "")
 
+    roots = {sys.base_prefix.rstrip("/") + "/",
+             sys.base_exec_prefix.rstrip("/") + "/"}
     sys.path[:] = [p for p in sys.path if not from_site(p) and any(
         (p + "/").startswith(r) for r in roots)]
     sys.meta_path[:] = [f for f in sys.meta_path if not module_from_site(
@@ -799,9 +799,9 @@ def children(me):
 
 def end_everything():
     """Kills and reaps every descendant; True once none is left. Waits on
-    events, not a clock: our children are killed, we wait on their pidfds
-    until one ends, its orphans come to us (the subreaper), and again until
-    no child is left."""
+    events, not a clock: our children are killed and awaited on their
+    pidfds, their orphans come to us (the subreaper), and again, a
+    generation at a time, until no child is left."""
     me, end = os.getpid(), time.monotonic() + KILL_S
     while True:
         try:
@@ -809,25 +809,22 @@ def end_everything():
                 pass
         except ChildProcessError:
             return True  # a subreaper without children has no descendants
-        left = end - time.monotonic()
-        if left <= 0:
+        if time.monotonic() >= end:
             return False
-        poller, fds = select.poll(), []
+        fds = []
         for pid in children(me):
             try:
                 fds.append(os.pidfd_open(pid))
-                poller.register(fds[-1], select.POLLIN)
             except (AttributeError, OSError):
                 pass
             try:
                 os.kill(pid, SIGKILL)
             except OSError:
                 pass
-        if fds:
-            poller.poll(left * 1000)
-        else:  # no pidfds (or a child that just ended): a short nap
-            time.sleep(min(left, 0.0005))
-        for fd in fds:
+        if not fds:  # no pidfds (or a child that just ended): a short nap
+            time.sleep(0.0005)
+        for fd in fds:  # readable once that process has ended
+            select.select([fd], [], [], max(0.0, end - time.monotonic()))
             os.close(fd)
 
 

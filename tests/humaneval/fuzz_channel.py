@@ -9,11 +9,12 @@ rejects; a right answer still passes.
 1. In process: the runner's Channel.recv over a real pipe, fed thousands of
    adversarial, random and mutated byte streams: every call returns plain
    data or raises CandidateGone, nothing else.
-2. End to end: the real runner, bare (no sandbox), grading completions of
-   HumanEval/0 that write adversarial frames to the reply fd at import time
-   (where the load reply belongs) or in a call (before the real reply),
-   close or swap the fd, stop mid-frame, or write from two processes at
-   once.
+2. End to end: the real runner, bare (no sandbox), packed as make_jobs.py
+   ships it, grading completions of HumanEval/0 that write adversarial
+   frames to the reply fd at import time (where the load reply belongs;
+   every stream) or in a call (before the real reply; the streams that
+   decode, since the others fail in recv wherever they come), close or swap
+   the fd, stop mid-frame, or write from two processes at once.
 
 Usage: fuzz_channel.py PYTHON [--seed N] [--random N]
 """
@@ -251,6 +252,9 @@ def recv_all(runner, data):
 
 
 def in_process(runner, streams):
+    """Checks every stream; returns the names of those that decode to a
+    value first."""
+    decodable = set()
     for name, data in streams.items():
         try:
             outcomes = recv_all(runner, data)
@@ -260,6 +264,8 @@ def in_process(runner, streams):
         if not outcomes or outcomes[-1][0] != "gone":
             fail(f"in process/{name}: the stream did not end in "
                  f"CandidateGone: {outcomes}")
+        if outcomes[0][0] == "value":
+            decodable.add(name)
     n = MAX_REPLY - 20
     big = framed(b"s%d:" % n + b"x" * n)
     out = recv_all(runner, big + big)
@@ -270,6 +276,7 @@ def in_process(runner, streams):
         fail(f"in process: a frame over 16 MiB: {out}")
     print(f"ok: in process: {len(streams) + 2} streams, every one plain data "
           "then CandidateGone")
+    return decodable
 
 
 # -- 2. end to end -------------------------------------------------------------
@@ -342,10 +349,11 @@ def strict_json(raw):
     return value
 
 
-def grade(python, task, tmp, name, completion, timeout_s):
+def grade(python, runner, task, tmp, name, completion, timeout_s):
     d = os.path.join(tmp, name)
     os.mkdir(d)
-    shutil.copy(RUNNER, d)
+    with open(os.path.join(d, "sandbox_runner.py"), "w") as f:
+        f.write(runner)
     with open(os.path.join(d, "request.json"), "w") as f:
         json.dump({"task_id": task["task_id"], "prompt": task["prompt"],
                    "completion": completion, "test": task["test"],
@@ -363,18 +371,23 @@ def grade(python, task, tmp, name, completion, timeout_s):
     return proc, raw
 
 
-def end_to_end(python, task, streams):
+def end_to_end(python, task, streams, decodable):
+    sys.path.insert(0, EXAMPLE)
+    from make_jobs import pack_runner
+    with open(RUNNER, encoding="utf-8") as f:
+        runner = pack_runner(f.read(), python)
     cases = {}
     for name, data in streams.items():
         # Bytes that leave the judge waiting for the rest of a frame (a
         # length larger than what follows) end at the deadline.
         cases["import_" + name] = (at_import(data), "failed|timeout", 0.0)
-        cases["call_" + name] = (in_call(data), "failed|timeout", 0.0)
+        if name in decodable:
+            cases["call_" + name] = (in_call(data), "failed|timeout", 0.0)
     cases.update(special_cases(task))
     with tempfile.TemporaryDirectory(prefix="sv-fuzz-channel-") as tmp, \
             concurrent.futures.ThreadPoolExecutor(2) as pool:
-        futures = {name: pool.submit(grade, python, task, tmp, name, c,
-                                     10 if right else 2)
+        futures = {name: pool.submit(grade, python, runner, task, tmp, name,
+                                     c, 10 if right else 2)
                    for name, (c, _, right) in cases.items()}
         seen = {}
         for name, fut in futures.items():
@@ -407,12 +420,12 @@ def main(argv):
     runner = load_runner()
     rng = random.Random(args.seed)
     streams = adversarial()
-    in_process(runner, dict(streams, **random_streams(rng, runner,
-                                                      args.random)))
+    e2e = dict(streams, **random_streams(rng, runner, 4))
+    decodable = in_process(runner, dict(e2e, **random_streams(
+        rng, runner, args.random)))
     with gzip.open(DATASET, "rt", encoding="utf-8") as f:
         task = json.loads(f.readline())
-    e2e = dict(streams, **random_streams(rng, runner, 4))
-    end_to_end(args.python, task, e2e)
+    end_to_end(args.python, task, e2e, decodable)
     return 0
 
 
