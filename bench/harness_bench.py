@@ -2,7 +2,7 @@
 """The HumanEval harness run bare against a plain runner (issue 23 target 1).
 
   bench/harness_bench.py [--jobs 40] [--rounds 3] [--python /usr/bin/python3]
-                         [--runner FILE] [--source] [--baseline FILE]
+                         [--runner FILE] [--source] [--compare NAME=FILE ...]
 
 No sandbox, no sv-grade: each job gets a fresh directory holding the runner
 and request.json (made before the clock starts), and the clock covers one
@@ -69,8 +69,10 @@ def parse_args(argv):
     p.add_argument("--source", action="store_true",
                    help="the runner's source, not packed as make_jobs ships "
                         "it")
-    p.add_argument("--baseline", default=None,
-                   help="an earlier sandbox_runner.py, in the alternation")
+    p.add_argument("--compare", action="append", default=[],
+                   metavar="NAME=FILE",
+                   help="another runner file (run as it is) in the "
+                        "alternation, e.g. before=OLD/sandbox_runner.py")
     p.add_argument("--timeout", type=float, default=10.0,
                    help="timeout_s of each request")
     return p.parse_args(argv)
@@ -131,9 +133,12 @@ def main(argv):
         sys.path.insert(0, EXAMPLE)
         from make_jobs import pack_runner
         programs["harness"] = pack_runner(programs["harness"], args.python)
-    if args.baseline:
-        with open(args.baseline) as f:
-            programs["baseline"] = f.read()
+    for spec in args.compare:
+        name, _, path = spec.partition("=")
+        if not path or name in programs:
+            sys.exit(f"--compare {spec}: expected a new NAME=FILE")
+        with open(path) as f:
+            programs[name] = f.read()
     jobs = load_jobs(args.jobs, args.timeout)
     names = list(programs)
     wall = {n: [] for n in names}
