@@ -94,6 +94,35 @@ def runner_alone(python, task, tmp):
           "imported")
 
 
+BAD_REQUESTS = ["{", "[]", "", "NaN", '{"a": 1} x', "[" * 100000,
+                json.dumps({"prompt": 1}),
+                json.dumps({"prompt": "", "completion": "", "test": "",
+                            "entry_point": "f", "timeout_s": 0})]
+
+
+def bad_requests(python, tmp):
+    """A request the runner cannot use exits 2 (the caller masks it), with
+    nothing left behind: no result.json, no scratch directory."""
+    d = os.path.join(tmp, "bad")
+    os.mkdir(d)
+    with open(RUNNER, encoding="utf-8") as f:
+        runner = pack_runner(f.read(), python)
+    with open(os.path.join(d, "sandbox_runner.py"), "w") as f:
+        f.write(runner)
+    for i, body in enumerate(BAD_REQUESTS):
+        with open(os.path.join(d, "request.json"), "w") as f:
+            f.write(body)
+        proc = subprocess.run(
+            [python, "sandbox_runner.py", "request.json", "result.json"],
+            cwd=d, capture_output=True, text=True, timeout=60)
+        left = sorted(set(os.listdir(d)) - {"sandbox_runner.py"})
+        if proc.returncode != 2 or left or "bad request.json" not in \
+                proc.stderr:
+            fail(f"bad request {i}: exit {proc.returncode}, left {left}",
+                 proc.stderr)
+    print(f"ok: {len(BAD_REQUESTS)} bad requests: exit 2, nothing left")
+
+
 def jobs(task, python):
     with open(RUNNER, encoding="utf-8") as f:
         runner = pack_runner(f.read(), python)
@@ -158,6 +187,7 @@ def main(argv):
     with tempfile.TemporaryDirectory(prefix="sv-forgery-") as tmp:
         os.chmod(tmp, 0o755)
         runner_alone(python, task, tmp)
+        bad_requests(python, tmp)
         if os.geteuid() != 0 or shutil.which("bwrap") is None:
             print("skipped: the provider runs need root and bubblewrap")
             return SKIP
