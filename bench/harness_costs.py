@@ -40,10 +40,10 @@ VARIANTS = {
         "def reserve_result():\n",
         "def reserve_result():\n    return None\n")], True),
     "no-freeze": ("gc.freeze() before the forks", [(
-        "    gc.freeze()  # no collection in the judge touches (copies) these\n",
-        ""), (
-        "        gc.freeze()  # no collection in the candidate touches (copies)"
-        " these\n", "")], True),
+        "    gc.freeze()  # no collection in the judge touches (copies) "
+        "these\n", ""), (
+        "        gc.freeze()  # no collection in the candidate touches "
+        "(copies) these\n", "")], True),
     "json": ("_json: the json module imported instead", [(
         "    _json = None\n", "    _json = None\n_json = None\n")], True),
     "teardown": ("os._exit: the interpreter torn down at exit", [(

@@ -19,17 +19,19 @@ stops and what it costs):
   whatever is there. It imports nothing after the judge starts, and its
   sys.path holds no directory the candidate can write (the script's, the
   working directory, the user site are dropped).
-- the judge (a fork of the runner, so also not dumpable): forks the candidate
-  first, while neither of them holds anything of the request, then runs
-  prompt + test + check(entry_point) where `entry_point` is a proxy that
-  sends the arguments to the candidate and decodes the answer. Only plain
+- the judge (a fork of the runner, so also not dumpable, made before the
+  runner read the request): takes the prompt alone from the runner and runs
+  it, forks the candidate, and only then takes the completion and the
+  tests; it runs prompt + test + check(entry_point) where `entry_point` is
+  a proxy that sends the arguments to the candidate and decodes the
+  answer. Only plain
   data crosses (None, bool, int, float, complex, str, bytes, list, tuple,
   dict, set, frozenset), so no object of the candidate ever runs in the
   judge: no __eq__ that is always true, no patched builtins, no frames. Any
   frame it cannot decode is the candidate's fault (0.0, not masked).
-- the candidate (a fork of the judge, made before the request existed in any
-  process it descends from, so its memory holds nothing of the tests):
-  confines itself before it reads anything of the submission (no_new_privs,
+- the candidate (a fork of the judge, so its memory is a copy of the
+  runner's from before the request was read, plus the prompt: nothing of
+  the tests): confines itself before it reads anything of the submission (no_new_privs,
   Landlock: no writes outside its scratch directory, no reads outside the
   system and Python directories, no TCP, no signals or ptrace out of its
   domain; a seccomp filter: no ptrace, process_vm_*, no signals, priorities,
@@ -95,9 +97,10 @@ JUDGE_GRACE_S = 2.0  # the judge's own work past the tests' deadline
 KILL_S = 5.0  # bound on ending every descendant
 RESERVE_BYTES = 64 << 10  # result.json's blocks, taken before the candidate
 CONFINE_FAILED = 125  # exit status of a candidate that could not be confined
-F_DUPFD = 0
+F_DUPFD = 0  # fcntl's, without importing fcntl
 
-# -- the codec: plain data only, both sides of the channel --------------------
+# -- the codec: plain data only, both sides of the channel -------------------
+
 
 def encode(v, out=None):
     """Plain data to bytes; anything else raises TypeError."""
@@ -472,7 +475,7 @@ def drop_site():
         builtins.__dict__.pop(name, None)
 
 
-# -- the judge -----------------------------------------------------------------
+# -- the judge ----------------------------------------------------------------
 
 
 class CandidateGone(BaseException):
@@ -853,7 +856,7 @@ def await_verdict(verdict_r, judge_pid, deadline):
     return verdict if ok else None, status
 
 
-# -- the runner: files ---------------------------------------------------------
+# -- the runner: files --------------------------------------------------------
 
 
 class BadRequest(Exception):
@@ -983,7 +986,7 @@ def write_result(reserved, path, result):
         os.replace(tmp, path)
 
 
-# -- the runner ----------------------------------------------------------------
+# -- the runner ---------------------------------------------------------------
 
 
 def start_judge(scratch):

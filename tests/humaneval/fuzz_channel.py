@@ -62,7 +62,7 @@ def framed(payload):
     return len(payload).to_bytes(4, "big") + payload
 
 
-# -- the streams ---------------------------------------------------------------
+# -- the streams --------------------------------------------------------------
 
 def adversarial():
     """name -> the bytes a hostile candidate writes (frames included)."""
@@ -195,7 +195,7 @@ def random_streams(rng, runner, count):
     return out
 
 
-# -- 1. in process -------------------------------------------------------------
+# -- 1. in process ------------------------------------------------------------
 
 def is_plain(v):
     todo, seen = [v], 0
@@ -279,7 +279,7 @@ def in_process(runner, streams):
     return decodable
 
 
-# -- 2. end to end -------------------------------------------------------------
+# -- 2. end to end ------------------------------------------------------------
 
 WRONG = "    return None\n"
 
