@@ -10,7 +10,7 @@ canonical: the reference solution (reward 1.0). broken: a body that raises
 
 Each job's sandbox_runner.py is the runner packed (pack_runner): its code
 compiled for the interpreter that will run it (--python, else this one), so
-that no sandbox compiles its ~1,000 lines again (~10 ms and ~700 page faults
+that no sandbox compiles its ~1,000 lines again (~800 page faults
 a job), and its source for any other interpreter. --source ships the source
 alone.
 """
@@ -68,7 +68,7 @@ PACKED = """\
 #!/usr/bin/env python3
 # {name} as make_jobs.py ships it (pack_runner): its code compiled by the
 # interpreter whose bytecode magic is {magic!r}, which then does not
-# compile ~1,000 lines at every start (~10 ms and ~700 page faults a job),
+# compile ~1,000 lines at every start (~800 page faults a job),
 # and its source (sha256 {digest}) for any other interpreter.
 import sys
 
@@ -104,7 +104,10 @@ COMPILE = ("import importlib.util, marshal, sys; src = sys.stdin.read(); "
 def pack_runner(source, python=None, name="sandbox_runner.py"):
     """The runner as one text file: its code marshalled for `python` (this
     interpreter by default), and its source for any other. Only the job's
-    author writes it; the sandbox runs it before any code under test."""
+    author writes it; the sandbox runs it before any code under test. The
+    same source and interpreter give the same text (a result cache keys on
+    it), whatever the hash seed, as long as the runner holds no constant
+    set of strings (`x in {"a", "b"}`: marshal writes sets in hash order)."""
     if python is None or os.path.realpath(python) == os.path.realpath(
             sys.executable):
         magic = importlib.util.MAGIC_NUMBER
