@@ -13,7 +13,8 @@ stops and what it costs):
 - the runner (this process): a child subreaper, not dumpable. It forks the
   judge *before* it reads the request, then reads and deletes request.json,
   hands the request to the judge over a pipe, waits for its verdict
-  (bounded), kills and reaps every descendant, setsid'd or not, and only then
+  (bounded: START_S until the candidate is ready, then timeout_s + grace:
+  a slow start is not the candidate's time), kills and reaps every descendant, setsid'd or not, and only then
   writes result.json itself: into a file reserved before the candidate ran
   (O_TMPFILE, preallocated), linked under a fresh name and renamed over
   whatever is there. It imports nothing after the judge starts, and its
@@ -94,6 +95,8 @@ DETAIL_CHARS = 1000
 TAIL_BYTES = 4 * DETAIL_CHARS
 MAX_REPLY = 16 << 20  # bytes of one answer of the candidate
 JUDGE_GRACE_S = 2.0  # the judge's own work past the tests' deadline
+START_S = 30.0  # bound on the candidate's start: past it, the harness's fault
+READY = b"R"  # the judge to the runner: the candidate started, timeout_s runs
 KILL_S = 5.0  # bound on ending every descendant
 RESERVE_BYTES = 64 << 10  # result.json's blocks, taken before the candidate
 CONFINE_FAILED = 125  # exit status of a candidate that could not be confined
@@ -627,7 +630,7 @@ def make_proxy(chan, name):
     return candidate
 
 
-def judge(chan, ns, req):
+def judge(chan, ns, req, on_ready):
     """(status, detail) of the tests against the candidate behind `chan`;
     `ns` holds what the prompt defined."""
     # While the candidate confines itself: the tests, with the entry point
@@ -640,6 +643,9 @@ def judge(chan, ns, req):
         raise CandidateGone("did not start")
     chan.features = list(hello[1])
     chan.started = True  # from here on, whatever happens is the candidate's
+    # ... and its time runs: a start slowed by the machine's load is not.
+    chan.deadline = time.monotonic() + req["timeout_s"]
+    on_ready()
     chan.send(("load", ns["__prompt__"] + req["completion"],
                req["entry_point"], req["site_packages"]))
     reply = chan.recv()
@@ -726,15 +732,17 @@ def judge_main(req_r, verdict_w, scratch, protected):
         gc.freeze()  # no collection in the candidate touches (copies) these
         pid, to_c, from_c, err = spawn_candidate(scratch, protected)
         # Only now the tests and the completion: the candidate has none.
-        req, deadline = decode(read_all(req_r))
+        req = decode(read_all(req_r))
         os.close(req_r)
-        chan = Channel(pid, to_c, from_c, err, deadline)
+        chan = Channel(pid, to_c, from_c, err, time.monotonic() + START_S)
         chan.started, chan.features = False, []
         try:
-            status, detail = judge(chan, ns, req)
+            status, detail = judge(chan, ns, req,
+                                   lambda: write_all(verdict_w, READY))
         except CandidateGone as e:
             if not chan.started:
-                raise
+                raise RuntimeError(f"the candidate did not start: {e}") \
+                    from None
             status, detail = ("timeout", "") if str(e) == "timeout" else (
                 "failed", f"the candidate {e} before the tests ended")
         finally:
@@ -831,29 +839,35 @@ def end_everything():
             os.close(fd)
 
 
-def await_verdict(verdict_r, judge_pid, deadline):
-    """The judge's verdict, or None if it died or overran its deadline."""
+def await_verdict(verdict_r, judge_pid, timeout):
+    """The judge's verdict (None if it died or overran its deadline), its
+    exit status (None if it overran) and whether the candidate started: the
+    tests' `timeout` runs from then; before, START_S bounds the wait."""
     poller = select.poll()
     poller.register(verdict_r, select.POLLIN)
-    data = b""
+    data, started = b"", False
+    deadline = time.monotonic() + START_S + JUDGE_GRACE_S
     while len(data) < (1 << 20):
         left = deadline - time.monotonic()
         if left <= 0 or not poller.poll(left * 1000):
-            return None, None
+            return None, None, started
         chunk = os.read(verdict_r, 65536)
         if not chunk:
             break
+        if not started and not data and chunk[:1] == READY:
+            started, chunk = True, chunk[1:]
+            deadline = time.monotonic() + timeout + JUDGE_GRACE_S
         data += chunk
     status = reap(judge_pid, 1.0)
     try:
         verdict = decode(data)
     except Exception:
-        return None, status
+        return None, status, started
     ok = type(verdict) is tuple and (
         len(verdict) == 4 and verdict[0] == "verdict"
         and all(type(x) is t for x, t in zip(verdict[1:], (str, str, list)))
         or len(verdict) == 2 and verdict[0] == "error")
-    return verdict if ok else None, status
+    return verdict if ok else None, status, started
 
 
 # -- the runner: files --------------------------------------------------------
@@ -1018,20 +1032,22 @@ def run(req, judge_pid, req_w, verdict_r):
     """Hands the request to the judge, ends everything, returns (status,
     detail, features)."""
     timeout = float(req.get("timeout_s", 10))
-    deadline = time.monotonic() + timeout
     tests = {k: req[k] for k in ("completion", "test", "entry_point")}
     tests["site_packages"] = req.get("site_packages") is True
+    tests["timeout_s"] = timeout
     try:
-        write_all(req_w, frame(encode(req["prompt"]))
-                  + encode((tests, deadline)))
+        write_all(req_w, frame(encode(req["prompt"])) + encode(tests))
     except OSError:
         pass  # the judge is gone: it has no verdict below
     os.close(req_w)
-    verdict, status = await_verdict(verdict_r, judge_pid,
-                                    deadline + JUDGE_GRACE_S)
+    verdict, status, started = await_verdict(verdict_r, judge_pid, timeout)
     os.close(verdict_r)
     if not end_everything():
         raise RuntimeError("could not end the candidate's processes")
+    if verdict is None and not started:  # no code of the submission ran
+        raise RuntimeError("the judge " + (
+            f"overran {START_S:g} s" if status is None
+            else f"died (exit {status})") + " before the candidate started")
     if verdict is None:
         if status is None:
             return "timeout", f"timed out after {timeout:g} s", []

@@ -123,6 +123,32 @@ def bad_requests(python, tmp):
     print(f"ok: {len(BAD_REQUESTS)} bad requests: exit 2, nothing left")
 
 
+def slow_start(python, task, tmp):
+    """timeout_s is the candidate's time: a judge slow to start it (a
+    loaded machine; here a prompt that sleeps 3 s in the judge only) does
+    not turn a right answer into a timeout or a masked sample."""
+    d = os.path.join(tmp, "slow-start")
+    os.mkdir(d)
+    with open(RUNNER, encoding="utf-8") as f:
+        runner = pack_runner(f.read(), python)
+    with open(os.path.join(d, "sandbox_runner.py"), "w") as f:
+        f.write(runner)
+    slow = dict(task, prompt="import time\nif '__prompt__' in globals():\n"
+                "    time.sleep(3)\n" + task["prompt"])
+    with open(os.path.join(d, "request.json"), "w") as f:
+        json.dump(request(slow, task["canonical_solution"], 1), f)
+    proc = subprocess.run(
+        [python, "sandbox_runner.py", "request.json", "result.json"],
+        cwd=d, capture_output=True, text=True, timeout=60)
+    if proc.returncode != 0:
+        fail(f"slow start: exit {proc.returncode}", proc.stderr)
+    with open(os.path.join(d, "result.json")) as f:
+        result = json.load(f)
+    if (result["status"], result["reward"]) != ("passed", 1.0):
+        fail("slow start: not passed", json.dumps(result))
+    print("ok: a judge 3 s slow to start the candidate: timeout_s 1, passed")
+
+
 def jobs(task, python):
     with open(RUNNER, encoding="utf-8") as f:
         runner = pack_runner(f.read(), python)
@@ -188,6 +214,7 @@ def main(argv):
         os.chmod(tmp, 0o755)
         runner_alone(python, task, tmp)
         bad_requests(python, tmp)
+        slow_start(python, task, tmp)
         if os.geteuid() != 0 or shutil.which("bwrap") is None:
             print("skipped: the provider runs need root and bubblewrap")
             return SKIP
