@@ -4,38 +4,49 @@
 Usage: python sandbox_runner.py request.json result.json
 
 request.json: {"task_id", "prompt", "completion", "test", "entry_point",
-"timeout_s", "site_packages": false}. It is deleted before anything runs.
+"timeout_s", "site_packages": false}. It is deleted before anything of the
+submission runs.
 
-Three processes (README.md has the guarantees and what each one stops):
+Three processes and one interpreter start (README.md has what each defence
+stops and what it costs):
 
 - the runner (this process): a child subreaper, not dumpable. It forks the
-  judge, waits for its verdict (bounded), kills and reaps every descendant,
-  setsid'd or not, and only then writes result.json itself: into a file
-  reserved before the candidate ran (O_TMPFILE, preallocated), linked under a
-  fresh name and renamed over whatever is there. After the candidate starts
-  it imports nothing, and its sys.path holds no directory the candidate can
-  write (the script's, the working directory, the user site are dropped).
-- the judge (a fork of the runner, so also not dumpable): runs prompt + test
-  + check(entry_point) in its own interpreter, where `entry_point` is a proxy
-  that sends the arguments to the candidate and decodes the answer. Only
-  plain data crosses (None, bool, int, float, complex, str, bytes, list,
-  tuple, dict, set, frozenset), so no object of the candidate ever runs in
-  the judge: no __eq__ that is always true, no patched builtins, no frames.
-- the candidate: a fresh interpreter (-I -S) that runs prompt + completion
-  and answers calls, confined before it starts: no_new_privs, Landlock (no
-  writes outside its scratch directory, no reads outside the system and
-  Python directories, no TCP, no signals or ptrace out of its domain) and a
-  seccomp filter (no ptrace, process_vm_*, no signals, priorities, limits or
-  pidfds aimed at the runner or judge, no F_SETOWN, chmod or chown). It
-  never sees the test. It is killed with everything it started.
+  judge *before* it reads the request, then reads and deletes request.json,
+  hands the request to the judge over a pipe, waits for its verdict
+  (bounded: START_S until the candidate is ready, then timeout_s + grace:
+  a slow start is not the candidate's time), kills and reaps every descendant, setsid'd or not, and only then
+  writes result.json itself: into a file reserved before the candidate ran
+  (O_TMPFILE, preallocated), linked under a fresh name and renamed over
+  whatever is there. It imports nothing after the judge starts, and its
+  sys.path holds no directory the candidate can write (the script's, the
+  working directory, the user site are dropped).
+- the judge (a fork of the runner, so also not dumpable, made before the
+  runner read the request): takes the prompt alone from the runner and runs
+  it, forks the candidate, and only then takes the completion and the
+  tests; it runs prompt + test + check(entry_point) where `entry_point` is
+  a proxy that sends the arguments to the candidate and decodes the
+  answer. Only plain
+  data crosses (None, bool, int, float, complex, str, bytes, list, tuple,
+  dict, set, frozenset), so no object of the candidate ever runs in the
+  judge: no __eq__ that is always true, no patched builtins, no frames. Any
+  frame it cannot decode is the candidate's fault (0.0, not masked).
+- the candidate (a fork of the judge, so its memory is a copy of the
+  runner's from before the request was read, plus the prompt: nothing of
+  the tests): confines itself before it reads anything of the submission (no_new_privs,
+  Landlock: no writes outside its scratch directory, no reads outside the
+  system and Python directories, no TCP, no signals or ptrace out of its
+  domain; a seccomp filter: no ptrace, process_vm_*, no signals, priorities,
+  limits or pidfds aimed at the runner or judge, no F_SETOWN, chmod or
+  chown), then runs prompt + completion and answers calls. It never sees the
+  test. It is killed with everything it started.
 
 result.json: {"reward", "passed", "status": passed|failed|timeout, "task_id",
-"detail", "confinement"}. A wrong answer, an exception, a dead candidate or a
-timeout is a normal result (exit 0); a bad request or a fault of the harness
-exits non-zero (the caller masks it).
+"detail", "confinement"}. A wrong answer, an exception, a dead candidate, a
+timeout or garbage on the channel is a normal result (exit 0); a bad request
+or a fault of the harness exits non-zero (the caller masks it).
 
-Standard library only; no subprocess/signal/json-in-the-candidate imports,
-which would add milliseconds to every start.
+Standard library only, and only what every job needs is imported (no
+subprocess, signal, traceback: each costs milliseconds on every start).
 """
 
 import sys
@@ -68,24 +79,32 @@ def _safe_path_entry(p, os=__import__("os")):
 sys.path[:] = [p for p in sys.path if _safe_path_entry(p)]
 
 import ctypes  # noqa: E402
-import json  # noqa: E402
+import gc  # noqa: E402
 import os  # noqa: E402
 import select  # noqa: E402
 import struct  # noqa: E402
 import time  # noqa: E402
+
+try:
+    import _json  # noqa: E402  json's own C scanner and escaper
+except ImportError:  # an interpreter without it: json itself, below
+    _json = None
 
 SIGKILL = 9  # Linux's number; importing `signal` costs ~5 ms
 DETAIL_CHARS = 1000
 TAIL_BYTES = 4 * DETAIL_CHARS
 MAX_REPLY = 16 << 20  # bytes of one answer of the candidate
 JUDGE_GRACE_S = 2.0  # the judge's own work past the tests' deadline
+START_S = 30.0  # bound on the candidate's start: past it, the harness's fault
+READY = b"R"  # the judge to the runner: the candidate started, timeout_s runs
 KILL_S = 5.0  # bound on ending every descendant
 RESERVE_BYTES = 64 << 10  # result.json's blocks, taken before the candidate
 CONFINE_FAILED = 125  # exit status of a candidate that could not be confined
+F_DUPFD = 0  # fcntl's, without importing fcntl
 
-# -- the codec: plain data only, shared with the candidate -------------------
+# -- the codec: plain data only, both sides of the channel -------------------
 
-CODEC = r'''
+
 def encode(v, out=None):
     """Plain data to bytes; anything else raises TypeError."""
     top = out is None
@@ -190,63 +209,9 @@ def decode(data):
 
 def frame(payload):
     return len(payload).to_bytes(4, "big") + payload
-'''
-exec(CODEC)  # the runner's copy; the candidate gets the same text
 
-# -- the candidate's bootstrap (runs after confinement, with -I -S) ----------
 
-BOOTSTRAP = CODEC + r'''
-import os, sys
-
-def _serve():
-    def read(k):
-        b = b""
-        while len(b) < k:
-            chunk = os.read(3, k - len(b))
-            if not chunk:
-                raise SystemExit(0)
-            b += chunk
-        return b
-
-    def recv():
-        return decode(read(int.from_bytes(read(4), "big")))
-
-    def send(v):
-        data = frame(encode(v))
-        while data:
-            data = data[os.write(4, data):]
-
-    def failure(e):
-        import traceback
-        traceback.print_exc()
-        return ("raise", type(e).__name__, str(e)[:1000])
-
-    send(("ready", sys.argv[1:]))  # before any code of the submission
-    _, src, entry = recv()
-    main = type(sys)("__main__")
-    sys.modules["__main__"] = main
-    try:
-        exec(compile(src, "<submission>", "exec"), main.__dict__)
-        fn = main.__dict__[entry]
-        reply = ("loaded",)
-    except BaseException as e:
-        reply = failure(e)
-    send(reply)
-    while reply[0] != "raise":
-        msg = recv()
-        try:
-            reply = ("ok", fn(*msg[1], **msg[2]))
-            data = frame(encode(reply))
-        except BaseException as e:
-            reply = ("ok",)  # the next call may well work
-            data = frame(encode(failure(e)))
-        while data:
-            data = data[os.write(4, data):]
-
-_serve()
-'''
-
-# -- confinement of the candidate (in its process, before exec) --------------
+# -- confinement of the candidate (in its process, before the submission) ---
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -396,7 +361,124 @@ def python_roots():
     return roots
 
 
-# -- the judge -----------------------------------------------------------------
+# -- the candidate: a fork of the judge, confined before the submission -------
+
+
+def candidate_main(scratch, protected, ends):
+    """The candidate process (never returns): fds 0 and 1 /dev/null, 2 its
+    stderr, 3 the calls, 4 the answers, nothing else; confined, then serves."""
+    try:
+        os.setsid()
+        null = os.open(os.devnull, os.O_RDWR)
+        # Copies above the targets first: no target overwritten unread.
+        high = [_libc.fcntl(fd, F_DUPFD, 10) for fd in (null, null) + ends]
+        if min(high) < 0:
+            raise OSError(ctypes.get_errno(), "fcntl(F_DUPFD)")
+        for target, fd in enumerate(high):
+            os.dup2(fd, target)
+        os.closerange(5, 1 << 16)
+        # Only the runner and the judge exist yet: our /proc files may be
+        # ours again (a non-dumpable process's are root's).
+        _prctl(4, 1)  # PR_SET_DUMPABLE
+        try:
+            with open("/proc/self/oom_score_adj", "w") as f:
+                f.write("1000")  # the OOM killer takes the candidate first
+        except OSError:
+            pass
+        os.chdir(scratch)
+        applied = confine(scratch, python_roots() + [scratch],
+                          protected | {os.getppid()})
+        os.environ["TMPDIR"] = os.environ["HOME"] = scratch
+    except BaseException as e:
+        os.write(2, f"sandbox_runner: cannot start the candidate: "
+                    f"{e}\n".encode())
+        os._exit(CONFINE_FAILED)
+    try:
+        serve(applied)
+    finally:
+        os._exit(0)
+
+
+def serve(features):
+    """Says it is ready, loads the program, answers calls until the judge
+    closes the pipe. Nothing of the submission runs before the first recv."""
+    def read(k):
+        b = b""
+        while len(b) < k:
+            chunk = os.read(3, k - len(b))
+            if not chunk:
+                os._exit(0)
+            b += chunk
+        return b
+
+    def recv():
+        return decode(read(int.from_bytes(read(4), "big")))
+
+    def send(data):
+        while data:
+            data = data[os.write(4, data):]
+
+    send(frame(encode(("ready", features))))
+    _, src, entry, site = recv()
+    if not site:
+        drop_site()
+    main = type(sys)("__main__")
+    sys.modules["__main__"] = main
+    sys.argv[:] = ["-c"]
+    try:
+        exec(compile(src, "<submission>", "exec"), main.__dict__)
+        fn = main.__dict__[entry]
+        reply = ("loaded",)
+    except BaseException as e:
+        reply = failure(e)
+    send(frame(encode(reply)))
+    while reply[0] != "raise":
+        msg = recv()
+        try:
+            data = frame(encode(("ok", fn(*msg[1], **msg[2]))))
+        except BaseException as e:  # the next call may well work
+            data = frame(encode(failure(e)))
+        send(data)
+
+
+def failure(e):
+    """The traceback on stderr (the detail's tail); the exception's reply."""
+    try:
+        sys.__excepthook__(type(e), e, e.__traceback__)  # imports nothing
+    except BaseException:
+        pass
+    try:
+        message = str(e)[:DETAIL_CHARS]
+    except BaseException:
+        message = ""
+    return ("raise", type(e).__name__, message)
+
+
+def drop_site():
+    """What a `python -I -S` would not have: site-packages on the path, the
+    modules and import hooks from there, site's builtins (exit, quit, ...)."""
+    def from_site(path):
+        parts = path.split("/")
+        return "site-packages" in parts or "dist-packages" in parts
+
+    def module_from_site(name):
+        return from_site(getattr(sys.modules.get(name), "__file__", None)
+                         or "")
+
+    roots = {sys.base_prefix.rstrip("/") + "/",
+             sys.base_exec_prefix.rstrip("/") + "/"}
+    sys.path[:] = [p for p in sys.path if not from_site(p) and any(
+        (p + "/").startswith(r) for r in roots)]
+    sys.meta_path[:] = [f for f in sys.meta_path if not module_from_site(
+        getattr(f, "__module__", None))]
+    for name in [n for n in sys.modules if module_from_site(n)]:
+        del sys.modules[name]
+    builtins = sys.modules["builtins"]
+    for name in ("exit", "quit", "help", "copyright", "credits", "license"):
+        builtins.__dict__.pop(name, None)
+
+
+# -- the judge ----------------------------------------------------------------
 
 
 class CandidateGone(BaseException):
@@ -475,47 +557,37 @@ class Channel:
                     del self.buf[:4 + k]
                     try:
                         return decode(payload)
-                    except (ValueError, TypeError, RecursionError,
-                            MemoryError, UnicodeError, IndexError) as e:
-                        raise CandidateGone(f"sent garbage ({e})") from None
+                    except Exception as e:  # any frame we cannot decode
+                        # (OverflowError of f0x1p99999;, unhashable set
+                        # items, ...) is the candidate's fault, not ours.
+                        raise CandidateGone(f"sent garbage ({shown(e)})") \
+                            from None
             self._pump(False)
 
 
-def spawn_candidate(python, scratch, protected, site):
-    """Forks, confines and execs the candidate; returns pid and our fds."""
+def spawn_candidate(scratch, protected):
+    """Forks the candidate, which confines itself; returns its pid and the
+    judge's ends of its pipes (calls, answers, stderr)."""
     req_r, req_w = os.pipe()
     rep_r, rep_w = os.pipe()
     err_r, err_w = os.pipe()
     pid = os.fork()
     if pid == 0:
-        try:
-            os.setsid()
-            null = os.open(os.devnull, os.O_RDWR)
-            for src, dst in ((null, 0), (null, 1), (err_w, 2), (req_r, 3),
-                             (rep_w, 4)):
-                os.dup2(src, dst)
-            os.closerange(5, 1 << 16)
-            # Only the runner and the judge exist yet: our /proc files may
-            # be ours again (exec resets this anyway).
-            _prctl(4, 1)  # PR_SET_DUMPABLE
-            try:
-                with open("/proc/self/oom_score_adj", "w") as f:
-                    f.write("1000")  # the OOM killer takes the candidate first
-            except OSError:
-                pass
-            os.chdir(scratch)
-            applied = confine(scratch, python_roots() + [scratch], protected)
-            env = dict(os.environ, TMPDIR=scratch, HOME=scratch)
-            flags = ["-I"] if site else ["-I", "-S"]
-            os.execve(python, [python] + flags + ["-c", BOOTSTRAP] + applied,
-                      env)
-        except BaseException as e:
-            os.write(2, f"sandbox_runner: cannot start the candidate: "
-                        f"{e}\n".encode())
-        os._exit(CONFINE_FAILED)
+        candidate_main(scratch, protected, (err_w, req_r, rep_w))
     for fd in (req_r, rep_w, err_w):
         os.close(fd)
     return pid, req_w, rep_r, err_r
+
+
+def shown(v, limit=200):
+    """str of an exception or repr of a value, whatever it holds: what the
+    candidate sent may be nested past the recursion limit or huge."""
+    try:
+        text = f"{type(v).__name__}: {v}" if isinstance(v, BaseException) \
+            else v if type(v) is str else repr(v)
+    except Exception:
+        text = f"a {type(v).__name__} that cannot be shown"
+    return text[:limit]
 
 
 def describe(e, test):
@@ -525,7 +597,7 @@ def describe(e, test):
         if tb.tb_frame.f_code.co_filename == "<test>":
             line = tb.tb_lineno
         tb = tb.tb_next
-    text = f"{type(e).__name__}: {e}".strip()
+    text = shown(e, DETAIL_CHARS).strip()
     if line is not None:
         src = test.splitlines()[line - 1].strip() if 0 < line <= len(
             test.splitlines()) else ""
@@ -558,12 +630,11 @@ def make_proxy(chan, name):
     return candidate
 
 
-def judge(chan, req):
-    """(status, detail) of the tests against the candidate behind `chan`."""
-    # While the candidate's interpreter starts: the prompt's helpers and the
-    # tests, with the entry point bound to the proxy.
-    ns = {"__name__": "__main__", "__builtins__": __builtins__}
-    exec(compile(req["prompt"], "<prompt>", "exec"), ns)
+def judge(chan, ns, req, on_ready):
+    """(status, detail) of the tests against the candidate behind `chan`;
+    `ns` holds what the prompt defined."""
+    # While the candidate confines itself: the tests, with the entry point
+    # bound to the proxy.
     proxy = make_proxy(chan, req["entry_point"])
     ns[req["entry_point"]] = proxy
     exec(compile(req["test"], "<test>", "exec"), ns)
@@ -572,12 +643,16 @@ def judge(chan, req):
         raise CandidateGone("did not start")
     chan.features = list(hello[1])
     chan.started = True  # from here on, whatever happens is the candidate's
-    chan.send(("load", req["prompt"] + req["completion"], req["entry_point"]))
+    # ... and its time runs: a start slowed by the machine's load is not.
+    chan.deadline = time.monotonic() + req["timeout_s"]
+    on_ready()
+    chan.send(("load", ns["__prompt__"] + req["completion"],
+               req["entry_point"], req["site_packages"]))
     reply = chan.recv()
-    if reply != ("loaded",):
+    if type(reply) is not tuple or reply != ("loaded",):
         return "failed", "the program failed to load: " + (
-            f"{reply[1]}: {reply[2]}" if type(reply) is tuple
-            and len(reply) == 3 else repr(reply)[:200])
+            f"{shown(reply[1])}: {shown(reply[2], DETAIL_CHARS)}"
+            if type(reply) is tuple and len(reply) == 3 else shown(reply))
     try:
         ns["check"](proxy)
     except CandidateGone:
@@ -616,19 +691,58 @@ def reap(pid, within_s):
             os.close(pidfd)
 
 
-def judge_main(req, scratch, protected, deadline, verdict_w):
-    """The judge process: runs the tests, reports on `verdict_w`, exits."""
+def read_exactly(fd, k):
+    """k bytes, not one more (the rest of the pipe is not ours yet)."""
+    data = b""
+    while len(data) < k:
+        chunk = os.read(fd, k - len(data))
+        if not chunk:
+            return None
+        data += chunk
+    return data
+
+
+def read_all(fd):
+    chunks = []
+    while True:
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+
+
+def write_all(fd, data):
+    while data:
+        data = data[os.write(fd, data):]
+
+
+def judge_main(req_r, verdict_w, scratch, protected):
+    """The judge process: forks the candidate, then takes the request from
+    the runner, runs the tests, reports on `verdict_w` and exits."""
     try:
-        pid, to_c, from_c, err = spawn_candidate(
-            sys.executable, scratch, protected,
-            req.get("site_packages") is True)
-        chan = Channel(pid, to_c, from_c, err, deadline)
+        # The prompt first, alone: the candidate gets it anyway, and what it
+        # imports (typing, ...) is then imported once, for both.
+        size = read_exactly(req_r, 4)
+        if size is None:  # the runner refused the request
+            os._exit(0)
+        ns = {"__name__": "__main__", "__builtins__": __builtins__,
+              "__prompt__": decode(read_exactly(req_r, int.from_bytes(
+                  size, "big")))}
+        exec(compile(ns["__prompt__"], "<prompt>", "exec"), ns)
+        gc.freeze()  # no collection in the candidate touches (copies) these
+        pid, to_c, from_c, err = spawn_candidate(scratch, protected)
+        # Only now the tests and the completion: the candidate has none.
+        req = decode(read_all(req_r))
+        os.close(req_r)
+        chan = Channel(pid, to_c, from_c, err, time.monotonic() + START_S)
         chan.started, chan.features = False, []
         try:
-            status, detail = judge(chan, req)
+            status, detail = judge(chan, ns, req,
+                                   lambda: write_all(verdict_w, READY))
         except CandidateGone as e:
             if not chan.started:
-                raise
+                raise RuntimeError(f"the candidate did not start: {e}") \
+                    from None
             status, detail = ("timeout", "") if str(e) == "timeout" else (
                 "failed", f"the candidate {e} before the tests ended")
         finally:
@@ -643,15 +757,14 @@ def judge_main(req, scratch, protected, deadline, verdict_w):
                                     f"(exit {code}) ", 1)
         if status != "passed":
             detail = (detail + "\n" + tail).strip()
-        verdict = {"status": status, "detail": detail[-DETAIL_CHARS:],
-                   "confinement": chan.features}
+        verdict = ("verdict", status, detail[-DETAIL_CHARS:], chan.features)
     except BaseException as e:
         why = f"{type(e).__name__}: {e}"
         if "chan" in locals():
             why += " " + chan.drain_stderr(1.0).decode("utf-8", "replace")
-        verdict = {"error": why.strip()[-DETAIL_CHARS:]}
+        verdict = ("error", why.strip()[-DETAIL_CHARS:])
     try:
-        os.write(verdict_w, json.dumps(verdict).encode())
+        write_all(verdict_w, encode(verdict))
     finally:
         os._exit(0)
 
@@ -683,55 +796,139 @@ def descendants(me):
     return out
 
 
+def children(me):
+    """Our children, from the kernel's list (else every descendant)."""
+    try:
+        fd = os.open(f"/proc/{me}/task/{me}/children", os.O_RDONLY)
+    except OSError:
+        return descendants(me)
+    try:
+        return [int(pid) for pid in read_all(fd).split()]
+    finally:
+        os.close(fd)
+
+
 def end_everything():
-    """Kills and reaps every descendant; True once none is left."""
+    """Kills and reaps every descendant; True once none is left. Waits on
+    events, not a clock: our children are killed and awaited on their
+    pidfds, their orphans come to us (the subreaper), and again, a
+    generation at a time, until no child is left."""
     me, end = os.getpid(), time.monotonic() + KILL_S
-    while time.monotonic() < end:
+    while True:
         try:
             while os.waitpid(-1, os.WNOHANG)[0]:
                 pass
         except ChildProcessError:
             return True  # a subreaper without children has no descendants
-        for pid in descendants(me):
+        if time.monotonic() >= end:
+            return False
+        fds = []
+        for pid in children(me):
+            try:
+                fds.append(os.pidfd_open(pid))
+            except (AttributeError, OSError):
+                pass
             try:
                 os.kill(pid, SIGKILL)
             except OSError:
                 pass
-        time.sleep(0.0005)
-    return False
+        if not fds:  # no pidfds (or a child that just ended): a short nap
+            time.sleep(0.0005)
+        for fd in fds:  # readable once that process has ended
+            select.select([fd], [], [], max(0.0, end - time.monotonic()))
+            os.close(fd)
 
 
-def await_verdict(verdict_r, judge_pid, deadline):
-    """The judge's verdict, or None if it died or overran its deadline."""
+def await_verdict(verdict_r, judge_pid, timeout):
+    """The judge's verdict (None if it died or overran its deadline), its
+    exit status (None if it overran) and whether the candidate started: the
+    tests' `timeout` runs from then; before, START_S bounds the wait."""
     poller = select.poll()
     poller.register(verdict_r, select.POLLIN)
-    data = b""
+    data, started = b"", False
+    deadline = time.monotonic() + START_S + JUDGE_GRACE_S
     while len(data) < (1 << 20):
         left = deadline - time.monotonic()
         if left <= 0 or not poller.poll(left * 1000):
-            return None, None
+            return None, None, started
         chunk = os.read(verdict_r, 65536)
         if not chunk:
             break
+        if not started and not data and chunk[:1] == READY:
+            started, chunk = True, chunk[1:]
+            deadline = time.monotonic() + timeout + JUDGE_GRACE_S
         data += chunk
     status = reap(judge_pid, 1.0)
     try:
-        return json.loads(data), status
-    except ValueError:
-        return None, status
+        verdict = decode(data)
+    except Exception:
+        return None, status, started
+    ok = type(verdict) is tuple and (
+        len(verdict) == 4 and verdict[0] == "verdict"
+        and all(type(x) is t for x, t in zip(verdict[1:], (str, str, list)))
+        or len(verdict) == 2 and verdict[0] == "error")
+    return verdict if ok else None, status, started
 
 
-# -- the runner: files ---------------------------------------------------------
+# -- the runner: files --------------------------------------------------------
 
 
 class BadRequest(Exception):
     pass
 
 
+class _JSONSpec:
+    """What _json.make_scanner reads: json's defaults, without NaN."""
+    strict = True
+    object_hook = object_pairs_hook = None
+    parse_float, parse_int = float, int
+
+    @staticmethod
+    def parse_constant(name):
+        raise ValueError(f"{name} is not JSON")
+
+
+def json_loads(text):
+    """`json.loads` without importing json (re, enum, ...: ~500 page faults
+    a job), by json's own C scanner; json itself only to say what is wrong
+    with a text the scanner refused."""
+    if _json is not None:
+        ws = " \t\n\r"
+        try:
+            value, end = _json.make_scanner(_JSONSpec)(
+                text, len(text) - len(text.lstrip(ws)))
+            if not text[end:].strip(ws):
+                return value
+        except Exception:  # 3.11 raises SystemError without json.decoder
+            pass
+    return __import__("json").loads(text,
+                                    parse_constant=_JSONSpec.parse_constant)
+
+
+def json_dumps(v):
+    """`json.dumps` of what json_loads makes (ASCII, no NaN)."""
+    if _json is None:
+        return __import__("json").dumps(v)
+    if v is None or v is True or v is False:
+        return "null" if v is None else "true" if v else "false"
+    if type(v) is int:
+        return repr(v)
+    if type(v) is float:
+        return repr(v) if v - v == 0 else "null"  # inf, nan: not JSON
+    if type(v) is str:
+        return _json.encode_basestring_ascii(v)
+    if type(v) is list:
+        return "[" + ", ".join(map(json_dumps, v)) + "]"
+    if type(v) is dict:
+        return "{" + ", ".join(json_dumps(str(k)) + ": " + json_dumps(x)
+                               for k, x in v.items()) + "}"
+    raise TypeError(f"a {type(v).__name__} is not JSON")
+
+
 def read_request(path):
     try:
         with open(path, encoding="utf-8") as f:
-            req = json.load(f)
+            req = json_loads(f.read())
     finally:
         # Before anything runs: the code under test must not read the tests.
         os.remove(path)
@@ -779,7 +976,7 @@ def remove_tree(path):
 
 def write_result(reserved, path, result):
     """Replaces whatever is at `path` with the verdict, written last."""
-    data = json.dumps(result).encode()
+    data = json_dumps(result).encode()
     tmp = f".result-{os.urandom(8).hex()}.tmp"
     if reserved is not None:
         os.pwrite(reserved, data, 0)
@@ -803,13 +1000,12 @@ def write_result(reserved, path, result):
         os.replace(tmp, path)
 
 
-def run(req):
-    """Forks the judge, ends everything, returns (status, detail, features)."""
-    _prctl(36, 1)  # PR_SET_CHILD_SUBREAPER: orphans come back to us
-    _prctl(4, 0)  # PR_SET_DUMPABLE: no ptrace, /proc/<pid>/mem, ... of us
-    timeout = float(req.get("timeout_s", 10))
-    scratch = os.path.abspath(f".candidate-{os.urandom(6).hex()}")
-    os.mkdir(scratch, 0o700)
+# -- the runner ---------------------------------------------------------------
+
+
+def start_judge(scratch):
+    """Forks the judge (which forks the candidate) before the request is
+    read; returns its pid, the request pipe and the verdict pipe."""
     # What the candidate must not signal, renice, limit or open a pidfd of:
     # us, the judge, our parent, and their process groups; -1 is everyone.
     me, parent = os.getpid(), os.getppid()
@@ -818,30 +1014,51 @@ def run(req):
         protected.add(-os.getpgid(parent))
     except OSError:
         pass
-    deadline = time.monotonic() + timeout
+    req_r, req_w = os.pipe()
     verdict_r, verdict_w = os.pipe()
+    gc.freeze()  # no collection in the judge touches (copies) these
     pid = os.fork()
     if pid == 0:
+        os.close(req_w)
         os.close(verdict_r)
-        judge_main(req, scratch, protected | {os.getpid(), -os.getpid()},
-                   deadline, verdict_w)
+        judge_main(req_r, verdict_w, scratch,
+                   protected | {os.getpid(), -os.getpid()})
+    os.close(req_r)
     os.close(verdict_w)
-    verdict, status = await_verdict(verdict_r, pid,
-                                     deadline + JUDGE_GRACE_S)
+    return pid, req_w, verdict_r
+
+
+def run(req, judge_pid, req_w, verdict_r):
+    """Hands the request to the judge, ends everything, returns (status,
+    detail, features)."""
+    timeout = float(req.get("timeout_s", 10))
+    tests = {k: req[k] for k in ("completion", "test", "entry_point")}
+    tests["site_packages"] = req.get("site_packages") is True
+    tests["timeout_s"] = timeout
+    try:
+        write_all(req_w, frame(encode(req["prompt"])) + encode(tests))
+    except OSError:
+        pass  # the judge is gone: it has no verdict below
+    os.close(req_w)
+    verdict, status, started = await_verdict(verdict_r, judge_pid, timeout)
     os.close(verdict_r)
     if not end_everything():
         raise RuntimeError("could not end the candidate's processes")
+    if verdict is None and not started:  # no code of the submission ran
+        raise RuntimeError("the judge " + (
+            f"overran {START_S:g} s" if status is None
+            else f"died (exit {status})") + " before the candidate started")
     if verdict is None:
         if status is None:
             return "timeout", f"timed out after {timeout:g} s", []
         return "failed", (f"the judge died (exit {status}) on the "
                           "candidate's output"), []
-    if "error" in verdict:
-        raise RuntimeError(f"the judge failed: {verdict['error']}")
-    if verdict["status"] == "timeout":
-        verdict["detail"] = (f"timed out after {timeout:g} s\n"
-                             + verdict["detail"]).strip()
-    return verdict["status"], verdict["detail"], verdict["confinement"]
+    if verdict[0] == "error":
+        raise RuntimeError(f"the judge failed: {verdict[1]}")
+    _, status, detail, features = verdict
+    if status == "timeout":
+        detail = f"timed out after {timeout:g} s\n{detail}".strip()
+    return status, detail, features
 
 
 def main(argv):
@@ -849,15 +1066,23 @@ def main(argv):
         print("usage: sandbox_runner.py request.json result.json",
               file=sys.stderr)
         return 2
+    _prctl(36, 1)  # PR_SET_CHILD_SUBREAPER: orphans come back to us
+    _prctl(4, 0)  # PR_SET_DUMPABLE: no ptrace, /proc/<pid>/mem, ... of us
+    scratch = os.path.abspath(f".candidate-{os.urandom(6).hex()}")
+    os.mkdir(scratch, 0o700)
+    judge_pid, req_w, verdict_r = start_judge(scratch)
     try:
         req = read_request(argv[1])
-    except (BadRequest, ValueError, OSError) as e:
+    except (BadRequest, ValueError, OSError, RecursionError) as e:
+        os.close(req_w)
+        end_everything()
+        remove_tree(scratch)
         print(f"sandbox_runner: bad {argv[1]}: {e}", file=sys.stderr)
         return 2
     reserved = reserve_result()
     here, home = os.getcwd(), os.stat(".")
     try:
-        status, detail, features = run(req)
+        status, detail, features = run(req, judge_pid, req_w, verdict_r)
     except Exception as e:
         print(f"sandbox_runner: {type(e).__name__}: {e}", file=sys.stderr)
         return 3
@@ -870,6 +1095,9 @@ def main(argv):
         # Only possible without Landlock: the directory was swapped.
         status, detail = "failed", "the candidate moved the call directory"
     passed = status == "passed"
+    # The candidate's strings may hold lone surrogates: a strict JSON parser
+    # (the caller's) rejects their escapes, which would mask the sample.
+    detail = detail.encode("utf-8", "backslashreplace").decode("utf-8")
     write_result(reserved, argv[2], {
         "reward": 1.0 if passed else 0.0,
         "passed": passed,
@@ -882,4 +1110,7 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    code = main(sys.argv)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # no interpreter teardown (~20 ms): nothing left to do
