@@ -1,0 +1,90 @@
+#pragma once
+
+// sv-serve's compatible front doors (docs/compat.md), beside the sandbox
+// API: SandboxFusion's POST /run_code and GET /v1/ping, NeMo-Skills' POST
+// /execute and GET /health, and GET /v1/languages (what the table serves
+// and what the probe found). A router turns a request into a reply or a
+// plan (a verification of the built-in runner and how to answer from its
+// outcome); `compat_routes` carries plans out through the supervisor. It
+// knows nothing about sockets: the session hands it a call and a callback
+// (run on a CAF thread: post it back to the strand).
+
+#include "apps/sv_serve/languages.hpp"
+#include "apps/sv_serve/open_routes.hpp"
+#include "apps/sv_serve/sandbox_wire.hpp"
+#include "messages/bounded_json.hpp"
+#include "messages/provider.hpp"
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace caf {
+class actor_system;
+} // namespace caf
+
+namespace sv::serve {
+
+class metrics;
+
+/// Whether a request path (without the query) is a compatible route.
+bool is_compat_path(std::string_view path);
+
+/// One HTTP request on a compatible route, already authorised.
+struct compat_call {
+  std::string method;
+  std::string target;
+  std::string body;
+  /// An X-Session-ID header came (NeMo-Skills' IPython sessions).
+  bool has_session_header = false;
+  /// The server is draining: no new work.
+  bool draining = false;
+};
+
+/// What the router decided for a call.
+struct compat_plan {
+  /// Set: answer this at once.
+  std::optional<sandbox_reply> reply;
+  /// Otherwise: grade this, then answer `answer(outcome)`.
+  verification_request request;
+  std::function<sandbox_reply(const verification_outcome&)> answer;
+};
+
+/// The router: no actors, no sockets.
+compat_plan plan_compat_call(const compat_call& call,
+                             const std::shared_ptr<compat_settings>& settings,
+                             const json_limits& limits);
+
+class compat_routes {
+public:
+  /// Calls go to `supervisor` (the cache front, when there is one).
+  compat_routes(caf::actor_system& sys, supervisor_actor supervisor,
+                std::shared_ptr<compat_settings> settings, open_routes open,
+                metrics* counters, json_limits limits);
+
+  /// Whether a call to `path` from `peer` (an IP address) must carry a
+  /// token where tokens are configured.
+  bool needs_token(std::string_view path, const std::string& peer) const;
+
+  /// Answers one call (thread-safe, never blocks).
+  void handle(compat_call call, sandbox_reply_fn done);
+
+  /// Asks the sandbox, through `supervisor` (not a cache: toolchains
+  /// change), which languages' programs exist: one verification per image.
+  /// Never blocks; until it answers, calls go ahead and the runner checks.
+  void start_probe(supervisor_actor supervisor);
+
+  const open_routes& open() const { return open_; }
+
+private:
+  caf::actor_system* sys_;
+  supervisor_actor supervisor_;
+  std::shared_ptr<compat_settings> settings_;
+  open_routes open_;
+  metrics* counters_;
+  json_limits limits_;
+};
+
+} // namespace sv::serve
