@@ -62,10 +62,10 @@ std::optional<sandbox_reply> read_output_limit(const json& body,
   if (!body.contains("max_output_characters"))
     return std::nullopt;
   auto& j = body["max_output_characters"];
-  if (!j.is_number_unsigned())
+  if (!j.is_number_integer() ||
+      (!j.is_number_unsigned() && j.get<int64_t>() < 0))
     return refuse("max_output_characters: expected a non-negative integer");
-  out.max_output_characters =
-    static_cast<size_t>(std::min<uint64_t>(j.get<uint64_t>(), SIZE_MAX));
+  out.max_output_characters = static_cast<size_t>(j.get<uint64_t>());
   return std::nullopt;
 }
 

@@ -251,8 +251,9 @@ json language_table::describe() const {
 namespace {
 
 size_t read_size(const json& j, const char* key, size_t lo, size_t hi) {
-  if (!j.is_number_unsigned() || j.get<uint64_t>() < lo ||
-      j.get<uint64_t>() > hi)
+  if (!j.is_number_integer() ||
+      (!j.is_number_unsigned() && j.get<int64_t>() < 0) ||
+      j.get<uint64_t>() < lo || j.get<uint64_t>() > hi)
     throw json_error(key, "expected an integer in [" + std::to_string(lo) +
                             ", " + std::to_string(hi) + "]");
   return static_cast<size_t>(j.get<uint64_t>());
