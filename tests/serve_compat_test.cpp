@@ -126,8 +126,8 @@ TEST_CASE("the shipped languages are SandboxFusion's main ones and C") {
   CHECK_FALSE(t.state("cpp").known);
 }
 
-TEST_CASE("a config adds, replaces and removes languages; errors name the "
-          "field") {
+TEST_CASE("a config adds, replaces and removes languages, and its errors "
+          "name the field") {
   auto t = language_table::defaults();
   t.merge(json::parse(R"({"go": null, "lua": {"source": "main.lua",
     "run": ["lua5.4", "main.lua"], "env": {"LUA_PATH": "./?.lua"}}})"));
@@ -279,7 +279,7 @@ TEST_CASE("/run_code's status rules are SandboxFusion's") {
   CHECK(body_of(error)["mask_sample"] == true);
 }
 
-TEST_CASE("/run_code: infrastructure failures are 504, masked; a bad "
+TEST_CASE("/run_code: infrastructure failures are 504 and masked, a bad "
           "request 400") {
   compat_settings settings;
   auto call = run_code_call(settings, json{{"code", "x"}, {"language", "c"}});

@@ -128,12 +128,13 @@ compat_plan plan_compat_call(const compat_call& call,
 
 compat_routes::compat_routes(caf::actor_system& sys,
                              supervisor_actor supervisor,
+                             supervisor_actor probes,
                              std::shared_ptr<compat_settings> settings,
                              open_routes open, metrics* counters,
                              json_limits limits)
     : sys_(&sys), supervisor_(std::move(supervisor)),
-      settings_(std::move(settings)), open_(std::move(open)),
-      counters_(counters), limits_(limits) {}
+      probes_(std::move(probes)), settings_(std::move(settings)),
+      open_(std::move(open)), counters_(counters), limits_(limits) {}
 
 bool compat_routes::needs_token(std::string_view path,
                                 const std::string& peer) const {
@@ -143,6 +144,10 @@ bool compat_routes::needs_token(std::string_view path,
 }
 
 void compat_routes::handle(compat_call call, sandbox_reply_fn done) {
+  auto path = path_of(call.target);
+  if ((path == "/run_code" || path == "/execute" || path == "/v1/languages") &&
+      !probed_.exchange(true))
+    start_probe();
   auto plan = plan_compat_call(call, settings_, limits_);
   if (plan.reply)
     return done(std::move(*plan.reply));
@@ -184,13 +189,13 @@ void log_languages(const language_table& table, const std::string& image) {
 
 } // namespace
 
-void compat_routes::start_probe(supervisor_actor supervisor) {
+void compat_routes::start_probe() {
   for (auto& image : settings_->languages.images()) {
     auto req = make_probe_request(image, settings_->languages.programs(image),
                                   *settings_);
     auto client = std::make_shared<caf::actor>();
     *client = spawn_client(
-      *sys_, supervisor,
+      *sys_, probes_,
       [client, settings = settings_, image](uint64_t,
                                             verification_outcome out) {
         auto& table = settings->languages;

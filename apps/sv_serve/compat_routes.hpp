@@ -15,6 +15,7 @@
 #include "messages/bounded_json.hpp"
 #include "messages/provider.hpp"
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -59,8 +60,11 @@ compat_plan plan_compat_call(const compat_call& call,
 
 class compat_routes {
 public:
-  /// Calls go to `supervisor` (the cache front, when there is one).
+  /// Calls go to `supervisor` (the cache front, when there is one); the
+  /// toolchain probe to `probes` (the supervisor itself: toolchains change,
+  /// so no cache).
   compat_routes(caf::actor_system& sys, supervisor_actor supervisor,
+                supervisor_actor probes,
                 std::shared_ptr<compat_settings> settings, open_routes open,
                 metrics* counters, json_limits limits);
 
@@ -68,19 +72,24 @@ public:
   /// token where tokens are configured.
   bool needs_token(std::string_view path, const std::string& peer) const;
 
-  /// Answers one call (thread-safe, never blocks).
+  /// Answers one call (thread-safe, never blocks). The first call of
+  /// /run_code, /execute or /v1/languages starts the toolchain probe.
   void handle(compat_call call, sandbox_reply_fn done);
 
-  /// Asks the sandbox, through `supervisor` (not a cache: toolchains
-  /// change), which languages' programs exist: one verification per image.
-  /// Never blocks; until it answers, calls go ahead and the runner checks.
-  void start_probe(supervisor_actor supervisor);
+  /// Asks the sandbox which languages' programs exist: one verification
+  /// per image. Never blocks; until it answers, calls go ahead and the
+  /// runner checks. Runs once, at the first such call, so
+  /// a server that never serves these routes runs no verification nobody
+  /// asked for (its counters, a scripted provider's steps).
+  void start_probe();
 
   const open_routes& open() const { return open_; }
 
 private:
   caf::actor_system* sys_;
   supervisor_actor supervisor_;
+  supervisor_actor probes_;
+  std::atomic<bool> probed_{false};
   std::shared_ptr<compat_settings> settings_;
   open_routes open_;
   metrics* counters_;

@@ -372,10 +372,13 @@ int run(const cli_options& opts) {
   }
   json_limits body_limits = limits;
   body_limits.max_bytes = opts.max_body_bytes;
-  serve::compat_routes compat{
-    sys,       ctx.supervisor, compat_opts.settings, compat_opts.open,
-    &counters, body_limits};
-  compat.start_probe(supervisor);
+  serve::compat_routes compat{sys,
+                              ctx.supervisor,
+                              supervisor,
+                              compat_opts.settings,
+                              compat_opts.open,
+                              &counters,
+                              body_limits};
   ctx.compat = &compat;
   ctx.tokens = tokens.get();
   ctx.counters = &counters;

@@ -68,7 +68,8 @@ class Server:
         self.port = int(m.group(1))
 
     def stderr_tail(self):
-        self.err.flush()
+        if not self.err.closed:
+            self.err.flush()
         with open(self.err_path) as f:
             return f.read()[-6000:]
 
@@ -246,12 +247,13 @@ def verl_cases(s):
     check(verdict == -2 and r["status"] == "Failed" and rr["return_code"] == 1
           and "ZeroDivisionError" in rr["stderr"] and rr["stdout"] == "x\n",
           f"runtime error: {verdict} {r}", s)
+    # (4 s: time for the interpreter to start and print on a busy machine.)
     verdict, r, _ = verl_style(s, "print('started', flush=True)\n"
-                               "while True: pass\n", timeout=1)
+                               "while True: pass\n", timeout=4)
     rr = r["run_result"]
     check(verdict == -3 and r["status"] == "Failed"
           and rr["status"] == "TimeLimitExceeded" and rr["return_code"] is None
-          and rr["stdout"] == "started\n" and rr["execution_time"] >= 1,
+          and rr["stdout"] == "started\n" and rr["execution_time"] >= 4,
           f"timeout: {verdict} {r}", s)
     verdict, r, _ = verl_style(s, "int main() { return undeclared; }\n",
                                language="cpp", timeout=60)
@@ -468,14 +470,19 @@ RUNNER_OK = json.dumps({
     "files": {}})
 
 
-def scripted_server(binary, tmp, name, script, extra=()):
+def scripted_server(binary, tmp, name, script, extra=(), probe=True):
     config = os.path.join(tmp, name + ".provider.json")
     script = {"result_text": RUNNER_OK, **script}
     with open(config, "w") as f:
         json.dump({"scripted": script}, f)
     s = Server(binary, tmp, ["--provider-config", config, *extra], name)
-    # The languages probe (one verification at start) is done, so every
-    # scripted step after it is a call's.
+    if not probe:
+        return s
+    # The languages probe (one verification, at the first call of the
+    # compatible routes) is done, so every scripted step after it is a
+    # call's.
+    status, _, _ = s.request("GET", "/v1/languages")
+    check(status == 200, f"/v1/languages: {status}", s)
     deadline = time.monotonic() + 30
     while "languages probe" not in s.stderr_tail():
         check(time.monotonic() < deadline, "no languages probe", s)
@@ -550,24 +557,37 @@ def post_in_thread(s, path, body, results):
     return t
 
 
+def wait_for(what, cond, server, timeout=60):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        check(time.monotonic() < deadline, f"timed out waiting for {what}",
+              server)
+        time.sleep(0.05)
+
+
 def overload_and_drain_case(binary, tmp):
+    # Each call's runner takes 10 s; the test moves on by the server's own
+    # counters, never by a sleep.
+    slow = {"fault": "delay", "delay_ms": 10000}
     s = scripted_server(binary, tmp, "overload", {
-        "steps": {"exec": ["ok", {"fault": "delay", "delay_ms": 3000},
-                           {"fault": "delay", "delay_ms": 3000}]}},
+        "steps": {"exec": ["ok", slow, slow]}},
         ["--concurrency", "1", "--max-queue", "1"])
     try:
         results = []
         body = {"code": "1", "language": "python"}
         threads = [post_in_thread(s, "/run_code", body, results)]
-        time.sleep(0.5)
+        wait_for("one call running",
+                 lambda: s.metrics().get("sv_supervisor_in_flight") == 1, s)
         threads.append(post_in_thread(s, "/run_code", body, results))
-        time.sleep(0.5)
+        wait_for("one call queued",
+                 lambda: s.metrics().get("sv_queue_depth") == 1, s)
         status, headers, r = s.post_json("/run_code", body)
         check(status == 504 and headers.get("Retry-After") == "1"
               and "overloaded" in r["message"] and r["mask_sample"] is True,
               f"overload: {status} {headers} {r}", s)
         s.proc.send_signal(signal.SIGTERM)
-        time.sleep(0.3)
+        wait_for("draining", lambda: s.request("GET", "/healthz")[0] == 503,
+                 s)
         status, _, r = s.post_json("/run_code", body)
         check(status == 504 and "draining" in r["message"],
               f"draining: {status} {r}", s)
@@ -578,7 +598,8 @@ def overload_and_drain_case(binary, tmp):
         check([x[0] for x in results] == [200, 200]
               and all(x[2]["status"] == "Success" for x in results),
               f"calls in flight finish: {results}", s)
-        check(s.stop() == 0, "exit status", s)
+        # The drain ends by itself once they are answered.
+        check(s.proc.wait(TIMEOUT) == 0, "exit status after the drain", s)
     finally:
         if s.proc.poll() is None:
             s.stop()
@@ -633,7 +654,8 @@ def tokens_mode(binary, tmp):
     auth = {"Authorization": "Bearer alice"}
     code = {"code": "1", "language": "python"}
     execute = {"generated_code": "1", "language": "python", "timeout": 5}
-    s = scripted_server(binary, tmp, "closed", {}, ["--token-file", tokens])
+    s = scripted_server(binary, tmp, "closed", {}, ["--token-file", tokens],
+                        probe=False)
     try:
         for path, body in [("/run_code", code), ("/execute", execute)]:
             status, headers, _ = s.request("POST", path, json.dumps(body))
@@ -651,7 +673,8 @@ def tokens_mode(binary, tmp):
         if s.proc.poll() is None:
             s.stop()
     s = scripted_server(binary, tmp, "open", {},
-                        ["--token-file", tokens, "--open-routes", "run_code"])
+                        ["--token-file", tokens, "--open-routes", "run_code"],
+                        probe=False)
     try:
         check("/run_code, /v1/languages served WITHOUT a token to 127.0.0.0/8"
               in s.stderr_tail(), "no warning at start", s)
