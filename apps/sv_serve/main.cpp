@@ -5,6 +5,7 @@
 
 #include "actors/scheduler.hpp"
 #include "actors/supervisor.hpp"
+#include "apps/sv_serve/compat_routes.hpp"
 #include "apps/sv_serve/metrics.hpp"
 #include "apps/sv_serve/sandboxes.hpp"
 #include "apps/sv_serve/server.hpp"
@@ -61,6 +62,9 @@ struct cli_options {
   size_t threads = 2;
   serve::sandbox_api_options sandboxes;
   std::string cache;
+  std::string compat_config;
+  std::string open_routes;
+  std::string open_from;
 };
 
 constexpr const char* help_footer = R"(
@@ -73,6 +77,10 @@ Endpoints:
   POST /v1/sandboxes, GET|DELETE /v1/sandboxes/ID, PUT|GET
   /v1/sandboxes/ID/files, POST /v1/sandboxes/ID/exec
                          the sandbox API (DESIGN.md, "The sandbox API")
+  POST /run_code, GET /v1/ping
+                         SandboxFusion's (verl, SkyRL); POST /execute,
+                         GET /health NeMo-Skills'; GET /v1/languages
+                         (docs/compat.md)
   GET /healthz           200 serving, 503 draining
   GET /metrics           Prometheus text
 Errors: 401 (WWW-Authenticate: Bearer), 404, 405 (Allow), 413 over
@@ -164,6 +172,15 @@ std::optional<int> parse_cli(int argc, char** argv, cli_options& opts) {
   app.add_option("--cache", opts.cache,
                  "an SQLite result cache shared with sv-grade and other "
                  "sv-serve processes (README, \"Result cache\")");
+  app.add_option("--compat-config", opts.compat_config,
+                 "JSON or YAML: the languages of /run_code and /execute and "
+                 "their limits (docs/compat.md)");
+  app.add_option("--open-routes", opts.open_routes,
+                 "run_code,execute: served without a token (their clients "
+                 "send none) to loopback and --open-from");
+  app.add_option("--open-from", opts.open_from,
+                 "CIDRs (10.0.0.0/8,...) besides loopback that reach "
+                 "--open-routes without a token");
   app.add_option("--threads", opts.threads, "Asio threads")
     ->capture_default_str()
     ->check(CLI::Range(size_t{1}, size_t{256}));
@@ -243,6 +260,29 @@ struct provider_set {
   }
 };
 
+/// The settings of SandboxFusion's and NeMo-Skills' routes
+/// (docs/compat.md), read before anything starts.
+struct compat_setup {
+  std::shared_ptr<serve::compat_settings> settings =
+    std::make_shared<serve::compat_settings>();
+  serve::open_routes open;
+};
+
+compat_setup read_compat_setup(const cli_options& opts) {
+  compat_setup out;
+  try {
+    if (!opts.compat_config.empty())
+      out.settings =
+        serve::load_compat_settings(opts.compat_config, opts.max_json_depth);
+    out.open = serve::open_routes{opts.open_routes, opts.open_from};
+  } catch (const std::exception& e) {
+    throw usage_error(e.what());
+  }
+  if (!out.open.none())
+    spdlog::warn("{}", out.open.describe());
+  return out;
+}
+
 std::chrono::milliseconds to_ms(double seconds) {
   return std::chrono::milliseconds{static_cast<int64_t>(seconds * 1000)};
 }
@@ -267,6 +307,7 @@ int run(const cli_options& opts) {
     throw usage_error(e.what());
   }
   auto block = read_provider_block(opts.provider_config, opts.max_json_depth);
+  auto compat_opts = read_compat_setup(opts);
   // Opened before anything starts (SQLite blocks; this is the main thread).
   std::shared_ptr<result_cache> cache;
   if (!opts.cache.empty()) {
@@ -329,6 +370,16 @@ int run(const cli_options& opts) {
       return serve::metrics::cache_counts{c.hits, c.misses};
     });
   }
+  json_limits body_limits = limits;
+  body_limits.max_bytes = opts.max_body_bytes;
+  serve::compat_routes compat{sys,
+                              ctx.supervisor,
+                              supervisor,
+                              compat_opts.settings,
+                              compat_opts.open,
+                              &counters,
+                              body_limits};
+  ctx.compat = &compat;
   ctx.tokens = tokens.get();
   ctx.counters = &counters;
   ctx.announce = [](const std::string& line) {

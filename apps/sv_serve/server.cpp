@@ -1,6 +1,7 @@
 #include "apps/sv_serve/server.hpp"
 
 #include "apps/sv_serve/bridge.hpp"
+#include "apps/sv_serve/compat_routes.hpp"
 #include "apps/sv_serve/sandboxes.hpp"
 #include "messages/batch_format.hpp"
 
@@ -59,6 +60,7 @@ enum class route {
   verify,
   verify_batch,
   sandboxes,
+  compat,
   not_found,
 };
 
@@ -74,6 +76,8 @@ route route_of(beast::string_view target) {
     return route::verify_batch;
   if (is_sandbox_path(path))
     return route::sandboxes;
+  if (is_compat_path(path))
+    return route::compat;
   return route::not_found;
 }
 
@@ -96,7 +100,7 @@ const char* allow_of(route r) {
 
 bool needs_token(route r) {
   return r == route::verify || r == route::verify_batch ||
-         r == route::sandboxes;
+         r == route::sandboxes || r == route::compat;
 }
 
 /// Every error of sv-serve: {"error": {"code": ..., "message": ...}}.
@@ -163,6 +167,7 @@ private:
     // connection and could take the answer with it.
     unauthorized_ =
       needs_token(route_) && allowed(route_, req.method()) &&
+      !open_route(req.target()) &&
       !st_->ctx.tokens->accepts(req[http::field::authorization], owner_);
     if (beast::iequals(req[http::field::expect], "100-continue")) {
       static const std::string cont = "HTTP/1.1 100 Continue\r\n\r\n";
@@ -255,6 +260,8 @@ private:
       return route_ == route::verify ? verify_one() : verify_batch();
     case route::sandboxes:
       return serve_sandbox();
+    case route::compat:
+      return serve_compat();
     default:
       return respond(http::status::not_found,
                      error_body("no_such_endpoint", "no such endpoint"));
@@ -294,6 +301,41 @@ private:
     holding_busy_ = true;
     auto self = this->shared_from_this();
     st_->ctx.sandboxes->handle(std::move(call), [self](sandbox_reply r) {
+      net::post(self->stream_.get_executor(),
+                [self, r = std::move(r)]() mutable {
+                  self->on_sandbox_reply(std::move(r));
+                });
+    });
+  }
+
+  /// A compatible route declared open needs no token from its networks.
+  bool open_route(beast::string_view target) {
+    if (route_ != route::compat || !st_->ctx.compat)
+      return false;
+    beast::error_code ec;
+    auto peer = tcp().socket().remote_endpoint(ec).address().to_string();
+    return !ec && !st_->ctx.compat->needs_token(
+                    target.substr(0, target.find('?')), peer);
+  }
+
+  /// A call of SandboxFusion's or NeMo-Skills' routes: answered as the
+  /// sandbox API's are (docs/compat.md).
+  void serve_compat() {
+    auto& req = parser_->get();
+    if (!st_->ctx.compat)
+      return respond(http::status::not_found,
+                     error_body("no_such_endpoint", "no such endpoint"));
+    compat_call call;
+    call.method = std::string{req.method_string()};
+    call.target = std::string{req.target()};
+    call.has_session_header = req.find("X-Session-ID") != req.end();
+    call.draining = st_->draining;
+    call.body = std::move(req.body());
+    req.body().clear();
+    ++st_->busy;
+    holding_busy_ = true;
+    auto self = this->shared_from_this();
+    st_->ctx.compat->handle(std::move(call), [self](sandbox_reply r) {
       net::post(self->stream_.get_executor(),
                 [self, r = std::move(r)]() mutable {
                   self->on_sandbox_reply(std::move(r));

@@ -23,6 +23,7 @@ class actor_system;
 namespace sv::serve {
 
 class sandbox_api;
+class compat_routes;
 
 struct server_options {
   std::string host = "127.0.0.1";
@@ -49,6 +50,8 @@ struct server_context {
   /// The sandbox API (none: its routes are 404). run_server drains it on
   /// SIGTERM and shuts it down (every sandbox stopped) before it returns.
   sandbox_api* sandboxes = nullptr;
+  /// SandboxFusion's and NeMo-Skills' routes (none: they are 404).
+  compat_routes* compat = nullptr;
   /// How long that shutdown may take.
   std::chrono::milliseconds sandboxes_stop_timeout = std::chrono::seconds{30};
   /// Where `listening on HOST:PORT` goes once connections are accepted.
