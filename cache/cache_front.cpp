@@ -9,9 +9,11 @@
 #include <caf/stateful_actor.hpp>
 #include <caf/system_messages.hpp>
 #include <caf/typed_event_based_actor.hpp>
+#include <charconv>
 #include <chrono>
-#include <deque>
+#include <optional>
 #include <spdlog/spdlog.h>
+#include <string_view>
 #include <unordered_map>
 
 namespace sv {
@@ -25,15 +27,40 @@ using front_actor =
 /// Results larger than this are graded, not stored.
 constexpr size_t max_stored_bytes = size_t{16} << 20;
 
+// A submission passed on carries a private id: its own with "#C<n>"
+// appended, n a counter of this front (unique whatever the callers' ids,
+// readable in the supervisor's logs). Replies are matched by it, never by the
+// caller's id: two submissions sharing an id (two completions of one task)
+// each get, and store, their own result.
 struct front_state {
   static inline const char* name = "sv.cache_front";
   struct waiting {
     caf::typed_response_promise<verification_outcome> promise;
     std::string key;
+    std::string id; // the caller's
   };
-  /// Submissions passed on, by id, oldest first.
-  std::unordered_map<std::string, std::deque<waiting>> pending;
+  /// Submissions passed on, by their number.
+  std::unordered_map<uint64_t, waiting> pending;
+  /// Their numbers by the caller's id (for `cancel`).
+  std::unordered_multimap<std::string, uint64_t> by_id;
+  uint64_t next = 1;
 };
+
+constexpr std::string_view front_tag = "#C";
+
+/// The number a private id names; nullopt for one that is not ours.
+std::optional<uint64_t> number_of(const std::string& id) {
+  auto pos = id.rfind(front_tag);
+  if (pos == std::string::npos)
+    return std::nullopt;
+  auto digits = std::string_view{id}.substr(pos + front_tag.size());
+  uint64_t n = 0;
+  auto [end, ec] =
+    std::from_chars(digits.data(), digits.data() + digits.size(), n);
+  if (ec != std::errc{} || end != digits.data() + digits.size())
+    return std::nullopt;
+  return n;
+}
 
 using front_ptr = front_actor::stateful_pointer<front_state>;
 
@@ -72,10 +99,10 @@ front_actor::behavior_type front(front_ptr self, supervisor_actor supervisor,
   self->set_down_handler([self](caf::down_msg& dm) {
     auto why =
       dm.reason ? dm.reason : caf::make_error(caf::sec::request_receiver_down);
-    for (auto& [id, queue] : self->state.pending)
-      for (auto& w : queue)
-        w.promise.deliver(why);
+    for (auto& [n, w] : self->state.pending)
+      w.promise.deliver(why);
     self->state.pending.clear();
+    self->state.by_id.clear();
     self->quit(dm.reason);
   });
   return {
@@ -93,29 +120,47 @@ front_actor::behavior_type front(front_ptr self, supervisor_actor supervisor,
           if (auto out = hit(req.id, *text, limits, started))
             return std::move(*out);
       auto promise = self->make_response_promise<verification_outcome>();
-      self->state.pending[req.id].push_back({promise, std::move(key)});
+      auto& st = self->state;
+      auto n = st.next++;
+      st.by_id.emplace(req.id, n);
+      auto own = req.id;
+      own += front_tag;
+      own += std::to_string(n);
+      st.pending.emplace(
+        n, front_state::waiting{promise, std::move(key), std::move(req.id)});
+      req.id = std::move(own);
       self->send(supervisor, verify_atom::value, std::move(req));
       return promise;
     },
     [=](verification_outcome& out) {
-      auto& pending = self->state.pending;
-      auto i = pending.find(out.id);
-      if (i == pending.end())
-        return; // cancelled
-      auto waiting = std::move(i->second.front());
-      i->second.pop_front();
-      if (i->second.empty())
-        pending.erase(i);
+      auto& st = self->state;
+      auto n = number_of(out.id);
+      auto i = n ? st.pending.find(*n) : st.pending.end();
+      if (i == st.pending.end())
+        return; // not ours
+      auto waiting = std::move(i->second);
+      st.pending.erase(i);
+      auto [first, last] = st.by_id.equal_range(waiting.id);
+      for (auto j = first; j != last; ++j)
+        if (j->second == *n) {
+          st.by_id.erase(j);
+          break;
+        }
       if (out.ok && !waiting.key.empty()) {
         auto text = result_text(out.result);
         if (text.size() <= max_stored_bytes)
           cache->store(waiting.key, text);
       }
+      out.id = std::move(waiting.id);
       waiting.promise.deliver(std::move(out));
     },
     [=](stats_atom) { return self->delegate(supervisor, stats_atom::value); },
     [=](cancel_atom, std::string& id) {
-      self->send(supervisor, cancel_atom::value, id);
+      // Every submission passed on under the caller's id.
+      auto [first, last] = self->state.by_id.equal_range(id);
+      for (auto j = first; j != last; ++j)
+        self->send(supervisor, cancel_atom::value,
+                   id + std::string{front_tag} + std::to_string(j->second));
     },
   };
 }

@@ -5,9 +5,10 @@
 // once (`cached: true`, no sandbox), and passes the others on, storing each
 // `ok` outcome. It runs detached (a thread of its own), since every SQLite
 // call blocks; it never blocks a scheduler thread. It talks to the
-// supervisor with plain sends and matches replies by id (as sv-grade's
-// driver does: CAF 0.17's request() costs O(outstanding) per reply), and
-// dies with the supervisor, failing what it was waiting for.
+// supervisor with plain sends (CAF 0.17's request() costs O(outstanding)
+// per reply) under a private id per submission, never the caller's (two
+// submissions may share an id), and dies with the supervisor, failing what
+// it was waiting for.
 
 #include "cache/result_cache.hpp"
 #include "messages/bounded_json.hpp"

@@ -5,14 +5,15 @@
 #include "apps/sv_grade/output_writer.hpp"
 #include "messages/errors.hpp"
 
-#include <algorithm>
 #include <caf/actor_system.hpp>
 #include <caf/event_based_actor.hpp>
 #include <caf/sec.hpp>
 #include <caf/stateful_actor.hpp>
 #include <caf/system_messages.hpp>
-#include <deque>
+#include <charconv>
 #include <map>
+#include <optional>
+#include <string_view>
 #include <unordered_map>
 
 namespace sv::grade {
@@ -52,27 +53,53 @@ constexpr auto sweep_interval = std::chrono::seconds{1};
 // The driver talks to the supervisor with plain sends and matches replies
 // itself. With CAF 0.17's `request`, an actor keeps its pending responses in
 // a flat map searched linearly, so one actor with N lines outstanding pays
-// O(N) per reply. Replies match lines by id, oldest line first: lines that
-// share an id are indistinguishable in the output anyway.
+// O(N) per reply. A reply is matched by a private id, never by the line's
+// own: lines that share an id (two completions of one task, the normal case
+// in GRPO) each get their own result. The private id is the line's id with
+// "#L<line>" appended (unique, since the line number is; still readable in
+// the supervisor's logs), and the reply gets the line's id back.
 struct driver_state {
   static inline const char* name = "sv.batch_driver";
 
   using time_point = caf::actor_clock::time_point;
 
   struct pending_line {
-    std::string id;
+    std::string id; // the line's own
     std::chrono::milliseconds timeout;
     std::multimap<time_point, uint64_t>::iterator deadline;
   };
 
   /// Lines waiting for the supervisor, by line number.
   std::unordered_map<uint64_t, pending_line> pending;
-  /// Their line numbers by id, oldest first.
-  std::unordered_map<std::string, std::deque<uint64_t>> by_id;
   /// Their deadlines, earliest first.
   std::multimap<time_point, uint64_t> deadlines;
   bool sweeping = false;
 };
+
+constexpr std::string_view line_tag = "#L";
+
+std::string private_id(const std::string& id, uint64_t line) {
+  std::string out;
+  out.reserve(id.size() + line_tag.size() + 20);
+  out += id;
+  out += line_tag;
+  out += std::to_string(line);
+  return out;
+}
+
+/// The line number a private id names; nullopt for one that is not ours.
+std::optional<uint64_t> line_of(const std::string& id) {
+  auto pos = id.rfind(line_tag);
+  if (pos == std::string::npos)
+    return std::nullopt;
+  auto digits = std::string_view{id}.substr(pos + line_tag.size());
+  uint64_t n = 0;
+  auto [end, ec] =
+    std::from_chars(digits.data(), digits.data() + digits.size(), n);
+  if (ec != std::errc{} || end != digits.data() + digits.size())
+    return std::nullopt;
+  return n;
+}
 
 using driver_ptr = caf::stateful_actor<driver_state>*;
 
@@ -84,11 +111,6 @@ std::string forget(driver_ptr self, uint64_t line, bool keep_deadline) {
   if (!keep_deadline)
     st.deadlines.erase(i->second.deadline);
   st.pending.erase(i);
-  auto j = st.by_id.find(id);
-  auto& lines = j->second;
-  lines.erase(std::find(lines.begin(), lines.end(), line));
-  if (lines.empty())
-    st.by_id.erase(j);
   return id;
 }
 
@@ -136,9 +158,10 @@ caf::behavior batch_driver(driver_ptr self, supervisor_actor supervisor,
       auto& st = self->state;
       auto timeout = reply_timeout(req);
       auto deadline = st.deadlines.emplace(self->clock().now() + timeout, line);
-      st.by_id[req.id].push_back(line);
-      st.pending.emplace(line,
-                         driver_state::pending_line{req.id, timeout, deadline});
+      auto own = private_id(req.id, line);
+      st.pending.emplace(
+        line, driver_state::pending_line{std::move(req.id), timeout, deadline});
+      req.id = std::move(own);
       if (!st.sweeping) {
         st.sweeping = true;
         self->delayed_send(self, sweep_interval, sweep_atom::value);
@@ -146,14 +169,12 @@ caf::behavior batch_driver(driver_ptr self, supervisor_actor supervisor,
       self->send(supervisor, verify_atom::value, std::move(req));
     },
     [=](verification_outcome& outcome) {
-      auto& st = self->state;
-      auto i = st.by_id.find(outcome.id);
-      if (i == st.by_id.end())
+      auto line = line_of(outcome.id);
+      if (!line || self->state.pending.count(*line) == 0)
         return; // its line was already failed by the sweep
-      auto line = i->second.front();
-      forget(self, line, false);
       batch_entry entry;
-      entry.line = line;
+      entry.line = *line;
+      outcome.id = forget(self, *line, false);
       entry.outcome = std::move(outcome);
       writer->push(std::move(entry));
     },

@@ -10,6 +10,9 @@ Called as: e2e_cache.py SV_GRADE SV_SERVE PYTHON CASE
   bad_file          a file that cannot be a cache: exit 2 with a message
   serve             sv-serve --cache: marked answers, /metrics, shared with
                     sv-grade
+  shared_id         two lines with one id (a slow wrong answer, a fast right
+                    one) each get their own reward, with and without the
+                    cache, and the cache stores each under its own key
 Every wait is bounded.
 """
 
@@ -48,14 +51,16 @@ def write_config(name, block):
 
 
 def grade(lines, config, cache, concurrency=1, expect_status=0):
-    """Runs sv-grade; returns (outputs by line number, summary)."""
+    """Runs sv-grade (without --cache when cache is None); returns (outputs
+    by line number, summary)."""
     inp = os.path.join(TMP, "in.jsonl")
     out = os.path.join(TMP, "out.jsonl")
     summary = os.path.join(TMP, "summary.json")
     with open(inp, "w") as f:
         f.writelines(json.dumps(x) + "\n" for x in lines)
+    cache_args = [] if cache is None else ["--cache", cache]
     p = subprocess.run([SV_GRADE, "--input", inp, "--output", out,
-                        "--provider-config", config, "--cache", cache,
+                        "--provider-config", config, *cache_args,
                         "--summary-json", summary,
                         "--concurrency", str(concurrency)],
                        capture_output=True, text=True, timeout=120)
@@ -274,6 +279,66 @@ def serve():
     print("ok: sv-serve marks hits, counts them in /metrics, shares the file")
 
 
+# The wrong answer waits (bounded) until the right one has written its
+# result, so the right one's reply comes first: the order that swapped
+# results when replies were matched by the lines' own id.
+SHARED_RUNNER = r'''
+import json, os, sys, time
+req = json.load(open(sys.argv[1]))
+if req["answer"] == "right":
+    json.dump({"reward": 1.0}, open(sys.argv[2], "w"))
+    open(req["gate"], "w").close()
+else:
+    deadline = time.monotonic() + 20
+    while not os.path.exists(req["gate"]) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.5)
+    json.dump({"reward": 0.0}, open(sys.argv[2], "w"))
+'''
+
+
+def shared_id():
+    config = write_config("shared", {"local": {
+        "root": os.path.join(TMP, "sandboxes"), "isolation": "none",
+        "python": PYTHON}})
+    rounds = iter(range(100))
+
+    def pair():
+        """A wrong and a right answer to one task, sharing its id and a
+        gate file of their own."""
+        gate = os.path.join(TMP, f"gate-{next(rounds)}")
+        return [{"id": "HumanEval/0",
+                 "files": {"sandbox_runner.py": SHARED_RUNNER},
+                 "request": {"answer": answer, "gate": gate},
+                 "exec_timeout_s": 30, "config": {"python": PYTHON}}
+                for answer in ("wrong", "right")]
+
+    def rewards(outs):
+        return {n: (o["ok"], o["id"], (o["result"] or {}).get("reward"))
+                for n, o in outs.items()}
+
+    # Without the cache: the driver alone.
+    outs, _ = grade(pair(), config, None, concurrency=2)
+    check(rewards(outs) == {1: (True, "HumanEval/0", 0.0),
+                            2: (True, "HumanEval/0", 1.0)},
+          f"without --cache: {rewards(outs)}")
+    # With the cache: the driver and the cache's front; each stored under
+    # its own key.
+    cache = os.path.join(TMP, "shared.sqlite")
+    wrong, right = pair()
+    outs, summary = grade([wrong, right], config, cache, concurrency=2)
+    check(rewards(outs) == {1: (True, "HumanEval/0", 0.0),
+                            2: (True, "HumanEval/0", 1.0)},
+          f"with --cache: {rewards(outs)}")
+    check(cached(outs) == [] and summary["cache"]["stored"] == 2,
+          f"both stored: {summary['cache']}")
+    for answer, sub_, reward in (("wrong", wrong, 0.0), ("right", right, 1.0)):
+        outs, _ = grade([sub_], config, cache)
+        check(cached(outs) == [1] and outs[1]["result"] == {"reward": reward},
+              f"the {answer} answer alone from the cache: {outs}")
+    print("ok: one id on two lines, each line its own reward and cache entry")
+
+
 def main():
     global SV_GRADE, SV_SERVE, PYTHON, TMP
     if len(sys.argv) != 5:
@@ -281,7 +346,7 @@ def main():
     SV_GRADE, SV_SERVE, PYTHON, case = sys.argv[1:]
     cases = {"hit_and_miss": hit_and_miss, "failures": failures, "key": key,
              "two_processes": two_processes, "bad_file": bad_file,
-             "serve": serve}
+             "serve": serve, "shared_id": shared_id}
     with tempfile.TemporaryDirectory(prefix="sv-cache-test-") as tmp:
         TMP = tmp
         cases[case]()
