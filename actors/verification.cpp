@@ -644,6 +644,22 @@ void enter_upload(self_ptr self) {
 }
 
 /// What an exec result means for the verification.
+/// "runner exited with status 3", and what the provider adds to its own
+/// "exited with status 3" (output truncated, an OOM kill), said once.
+std::string runner_exit_message(const exec_result& res) {
+  auto what = "exited with status " + std::to_string(res.return_code);
+  auto out = "runner " + what;
+  auto rest = res.message;
+  if (rest.compare(0, what.size(), what) == 0)
+    rest.erase(0, what.size());
+  while (!rest.empty() && (rest.front() == ';' || rest.front() == ':' ||
+                           rest.front() == ' '))
+    rest.erase(0, 1);
+  if (!rest.empty())
+    out += "; " + rest;
+  return out;
+}
+
 void on_exec_result(self_ptr self, exec_result& res) {
   auto& st = self->state;
   st.outcome.failure.log_tail = std::move(res.log_tail);
@@ -654,8 +670,7 @@ void on_exec_result(self_ptr self, exec_result& res) {
       enter_download(self);
     else
       fail(self, failure_kind::verifier_error, failure_cause::error,
-           "runner exited with status " + std::to_string(res.return_code) +
-             msg);
+           runner_exit_message(res));
     return;
   case exec_error_type::timeout:
     fail(self, failure_kind::verifier_error, failure_cause::timeout,

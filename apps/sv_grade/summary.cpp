@@ -84,11 +84,16 @@ void batch_summary::add(const batch_entry& entry) {
     ++ok_;
     auto i =
       out.result.is_object() ? out.result.find("reward") : out.result.end();
-    if (i != out.result.end() && i->is_number()) {
+    if (i == out.result.end()) {
+      ++reward_missing_;
+    } else if (!i->is_number()) {
+      ++reward_nan_;
+    } else {
       auto reward = i->get<double>();
       ++rewarded_;
       reward_sum_ += reward;
       full_rewards_ += reward == 1.0 ? 1 : 0;
+      reward_range_ += reward < 0.0 || reward > 1.0 ? 1 : 0;
     }
     return;
   }
@@ -157,6 +162,13 @@ std::string batch_summary::render(double wall_s) const {
            std::to_string(lines_) + " lines\n";
   else
     out += "n/a (no ok result has a numeric reward)\n";
+  if (reward_missing_ + reward_nan_ + reward_range_ > 0)
+    out += "  warning      of the ok results, " +
+           std::to_string(reward_missing_) + " have no reward, " +
+           std::to_string(reward_nan_) + " a reward that is not a number, " +
+           std::to_string(reward_range_) +
+           " a reward outside [0, 1] (the runner's contract: "
+           "docs/runner.md)\n";
   out += percentiles_line("total ms     ", total_ms());
   out += percentiles_line("overhead ms  ", overhead_ms());
   auto rate = wall_s > 0 ? static_cast<double>(graded_) / wall_s : 0.0;
@@ -267,6 +279,9 @@ json batch_summary::to_json(double wall_s) const {
            {"failed", failed()},
            {"mean_reward", mean_reward() ? json(*mean_reward()) : json()},
            {"full_rewards", full_rewards_},
+           {"reward_missing", reward_missing_},
+           {"reward_not_a_number", reward_nan_},
+           {"reward_out_of_range", reward_range_},
            {"failures_by_kind", by_kind_},
            {"failures_by_kind_state_cause", by_cause_},
            {"total_ms", pcts(totals)},

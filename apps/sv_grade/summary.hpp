@@ -84,6 +84,13 @@ public:
   /// Ok lines whose reward is exactly 1.0.
   uint64_t full_rewards() const noexcept { return full_rewards_; }
 
+  /// Ok lines whose result has no `reward`, one that is not a JSON number
+  /// (`"1.0"` is a string), or a number outside [0, 1]: each is a runner
+  /// that breaks the contract of docs/runner.md, warned about in the summary.
+  uint64_t reward_missing() const noexcept { return reward_missing_; }
+  uint64_t reward_not_a_number() const noexcept { return reward_nan_; }
+  uint64_t reward_out_of_range() const noexcept { return reward_range_; }
+
   /// Failures by failure_kind.
   const std::map<std::string, uint64_t>& by_kind() const noexcept {
     return by_kind_;
@@ -130,6 +137,9 @@ private:
   uint64_t ok_ = 0;
   uint64_t rewarded_ = 0;
   uint64_t full_rewards_ = 0;
+  uint64_t reward_missing_ = 0;
+  uint64_t reward_nan_ = 0;
+  uint64_t reward_range_ = 0;
   double reward_sum_ = 0;
   std::map<std::string, uint64_t> by_kind_;
   std::map<std::string, uint64_t> by_cause_;

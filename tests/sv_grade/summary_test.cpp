@@ -102,6 +102,33 @@ TEST_CASE("a summary without rewards says so") {
   CHECK(text.find("total ms     n/a") != std::string::npos);
 }
 
+TEST_CASE("the summary warns about rewards that break the runner's contract") {
+  batch_summary s;
+  s.add(ok_entry(json{{"reward", 1.0}}, 10, 5));
+  s.add(ok_entry(json{{"reward", 7}}, 10, 5));
+  s.add(ok_entry(json{{"reward", "1.0"}}, 10, 5));
+  s.add(ok_entry(json{{"passed", true}}, 10, 5));
+  s.add(ok_entry(json::array(), 10, 5));
+  CHECK(s.reward_missing() == 2);
+  CHECK(s.reward_not_a_number() == 1);
+  CHECK(s.reward_out_of_range() == 1);
+  auto text = s.render(1);
+  CHECK(text.find("warning      of the ok results, 2 have no reward, 1 a "
+                  "reward that is not a number, 1 a reward outside [0, 1]") !=
+        std::string::npos);
+  auto doc = s.to_json(1);
+  CHECK(doc["reward_missing"] == 2);
+  CHECK(doc["reward_not_a_number"] == 1);
+  CHECK(doc["reward_out_of_range"] == 1);
+}
+
+TEST_CASE("a summary of contract-keeping rewards has no warning") {
+  batch_summary s;
+  s.add(ok_entry(json{{"reward", 0.0}}, 10, 5));
+  s.add(ok_entry(json{{"reward", 1}}, 10, 5));
+  CHECK(s.render(1).find("warning") == std::string::npos);
+}
+
 TEST_CASE("the summary counts lines answered from the result cache") {
   batch_summary s;
   auto hit = ok_entry({{"reward", 1.0}}, 0.2, -1);
