@@ -581,7 +581,13 @@ int main(int argc, char** argv) {
   std::ios::sync_with_stdio(false);
   // Log lines would tear the bar apart: at info and below, the log is the
   // progress; above it, a log line is printed over the bar, then the bar.
-  terminal_bar bar{isatty(STDERR_FILENO) == 1 &&
+  // Output piped on (`--output - | jq`) usually ends on the same terminal:
+  // a bar there would interleave with it, so it is not drawn when the
+  // output goes to a pipe (a file or the terminal keep it).
+  struct stat out_st {};
+  bool output_piped = opts.output == "-" && fstat(STDOUT_FILENO, &out_st) == 0 &&
+                      S_ISFIFO(out_st.st_mode);
+  terminal_bar bar{isatty(STDERR_FILENO) == 1 && !output_piped &&
                    spdlog::level::from_str(opts.log_level) >
                      spdlog::level::info};
   setup_logging(opts.log_level, bar);

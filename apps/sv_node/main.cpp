@@ -101,7 +101,7 @@ std::optional<int> parse_cli(int argc, char** argv, cli_options& opts) {
   app.add_flag("--insecure", opts.insecure,
                "allow listening on a non-loopback address without TLS");
   app
-    .add_option("--drain-timeout", opts.drain_timeout_s,
+    .add_option("--drain-timeout-s,--drain-timeout", opts.drain_timeout_s,
                 "seconds a drain waits for sandboxes in use")
     ->capture_default_str();
   app

@@ -384,9 +384,14 @@ private:
   void verify_one() {
     auto parsed = parse_batch_line(parser_->get().body(), 1, {}, limits());
     parser_->get().body().clear();
-    if (!parsed.ok)
+    if (!parsed.ok) {
+      // One body, no lines: the message names the field, not "line 1".
+      auto& message = parsed.rejected.outcome.failure.message;
+      if (message.rfind("line 1: ", 0) == 0)
+        message.erase(0, 8);
       return respond(http::status::bad_request,
                      render_output_line(parsed.rejected) + "\n");
+    }
     batch_ = false;
     start_client();
     submit_line(1, std::move(parsed.request));
