@@ -335,6 +335,14 @@ bool provider_is_going(const caf::error& err) {
            static_cast<uint8_t>(provider_errc::unavailable);
 }
 
+/// The provider refused a create for what the spec asks (a field it cannot
+/// honour, a resource above its ceiling): the request's fault, named in the
+/// message, not the provider's.
+bool refuses_request(const caf::error& err) {
+  return provider_error_code(err) ==
+         static_cast<uint8_t>(provider_errc::invalid_argument);
+}
+
 /// The current state did not finish within `deadline_s`.
 void fail_deadline(self_ptr self, double deadline_s) {
   fail(self, failure_kind::provider_unavailable, failure_cause::timeout,
@@ -560,6 +568,11 @@ behavior enter_create(self_ptr self, sandbox_spec spec) {
             if (st.awaiting_late_create) {
               if (!st.stopping_late_sandbox)
                 settle(self, stop_status::not_needed); // nothing came after all
+            } else if (st.current == verification_state::create &&
+                       refuses_request(err)) {
+              fail(self, failure_kind::invalid_request,
+                   failure_cause::invalid_request,
+                   "the provider refused the request: " + describe(err));
             } else if (st.current == verification_state::create) {
               fail_provider(self, err, st.plan.ready_timeout_s);
             }

@@ -57,6 +57,13 @@ struct local_provider_config {
   uint64_t default_memory_mib = 2048;
   /// Disk space of a sandbox whose spec sets none.
   uint64_t default_disk_mib = 1024;
+  /// Ceilings of what a spec may ask for (`resources.memory_mib`,
+  /// `resources.disk_gib`, `resources.cpu`): a create above one is refused
+  /// (`invalid_argument` naming the field and the ceiling), never clamped.
+  uint64_t max_memory_mib = 16384;
+  uint64_t max_disk_mib = 65536;
+  /// 0: the number of CPUs of the host (resolved when the registry starts).
+  double max_cpu = 0;
   /// Niceness of every sandbox process (0 to 19). Above 0, the runtime's own
   /// short bursts of work (create, stop, the actors) never wait behind
   /// CPU-bound runners for a core; a runner alone on a core loses nothing.
@@ -119,6 +126,13 @@ struct local_registry_stats {
   /// Sandboxes prepared for the pool so far, and ready in it now.
   uint64_t pool_prepared = 0;
   uint64_t pooled = 0;
+};
+
+/// What a spec may ask of a local provider (the settings' ceilings, resolved).
+struct local_ceilings {
+  uint64_t max_memory_mib = 16384;
+  uint64_t max_disk_mib = 65536;
+  double max_cpu = 1;
 };
 
 /// The sandboxes of the local provider and the I/O threads that serve them

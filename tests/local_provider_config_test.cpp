@@ -56,7 +56,8 @@ TEST_CASE("local provider settings are strict") {
     "rooot: unknown key in local provider settings (allowed: "
     "root, python, max_download_bytes, io_threads, isolation, "
     "hide_paths, max_processes, max_log_bytes, "
-    "default_memory_mib, default_disk_mib, sandbox_nice, uid_base, "
+    "default_memory_mib, default_disk_mib, max_memory_mib, max_disk_mib, "
+    "max_cpu, sandbox_nice, uid_base, "
     "uid_count, cgroup_parent, allow_user_namespaces, stop_attempts, "
     "stop_retry_ms, warm_pool, warm_pool_start)");
   CHECK_THROWS_AS(parse_local_provider_config(json{{"io_threads", 0}}),

@@ -13,6 +13,7 @@
 #include <sstream>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <thread>
 
 using namespace sv;
 using namespace sv::test;
@@ -753,4 +754,111 @@ TEST_CASE("warm_pool_start false prepares nothing before the first create") {
   CHECK(st.pool_misses == 1);
   CHECK(st.pool_hits == 0);
   CHECK(f.stop(h).value);
+}
+
+// -- fields honoured or refused (issue 19, items 11 and 19) ------------------
+
+TEST_CASE("a spec's fields the local provider cannot honour are refused, "
+          "naming the field and the ceiling") {
+  fixture f{[](local_provider_config& c) {
+    c.isolation = "none";
+    c.warm_pool = 0;
+    c.max_memory_mib = 1024;
+    c.max_disk_mib = 2048;
+    c.max_cpu = 2;
+  }};
+  auto refused = [&](std::function<void(sandbox_spec&)> change) {
+    sandbox_spec spec;
+    change(spec);
+    auto r = f.ask<sandbox_handle>(create_atom::value, spec);
+    CHECK(!r.value);
+    CHECK(r.code() == code(provider_errc::invalid_argument));
+    return r.message();
+  };
+  CHECK(refused([](auto& s) { s.image = "python:3.12-slim"; }) ==
+        "image: the local provider runs no images (got \"python:3.12-slim\"); "
+        "it runs on the host's view. Leave image empty, or use a provider "
+        "that runs images");
+  CHECK(refused([](auto& s) {
+          s.provider_options = {{"region", "x"}, {"avoid", 1}};
+        }) == "provider_options: the local provider takes none (got avoid, "
+              "region)");
+  CHECK(refused([](auto& s) { s.resources.memory_mib = 1025; }) ==
+        "resources.memory_mib: 1025 is above this provider's max_memory_mib "
+        "1024 (0: unset)");
+  CHECK(refused([](auto& s) { s.resources.memory_mib = int64_t{1} << 24; }) ==
+        "resources.memory_mib: 16777216 is above this provider's "
+        "max_memory_mib 1024 (0: unset)");
+  CHECK(refused([](auto& s) { s.resources.disk_gib = 2.5; }) ==
+        "resources.disk_gib: 2.5 GiB is above this provider's max_disk_mib "
+        "2048 (0: unset)");
+  CHECK(refused([](auto& s) { s.resources.cpu = 2.5; }) ==
+        "resources.cpu: 2.5 is above this provider's max_cpu 2 (0: unset)");
+  CHECK(refused([](auto& s) { s.resources.gpu = 1; }) ==
+        "resources.gpu: the local provider has no GPUs");
+  CHECK(refused([](auto& s) { s.resources.gpu_type = "a100"; }) ==
+        "resources.gpu_type: the local provider has no GPUs");
+  CHECK(local_registry_counters(*f.registry).created == 0);
+  // At the ceilings, and with an empty options object: created.
+  sandbox_spec spec;
+  spec.resources.memory_mib = 1024;
+  spec.resources.cpu = 2;
+  spec.provider_options = json::object();
+  auto r = f.ask<sandbox_handle>(create_atom::value, spec);
+  INFO(r.message());
+  REQUIRE(r.value);
+  CHECK(f.stop(*r.value).value);
+}
+
+TEST_CASE("the local provider's default max_cpu is the host's CPUs") {
+  fixture f{[](local_provider_config& c) {
+    c.isolation = "none";
+    c.warm_pool = 0;
+  }};
+  auto cpus = std::max(1u, std::thread::hardware_concurrency());
+  CHECK(f.registry->ceilings().max_cpu == cpus);
+  CHECK(f.registry->ceilings().max_memory_mib == 16384);
+  CHECK(f.registry->ceilings().max_disk_mib == 65536);
+  sandbox_spec spec;
+  spec.resources.cpu = cpus + 1;
+  auto r = f.ask<sandbox_handle>(create_atom::value, spec);
+  CHECK(r.code() == code(provider_errc::invalid_argument));
+  CHECK(r.message().find("resources.cpu: ") == 0);
+}
+
+TEST_CASE("a verification whose request the local provider refuses is "
+          "invalid_request, naming the field") {
+  fixture f{[](local_provider_config& c) {
+    c.isolation = "none";
+    c.warm_pool = 0;
+    c.max_memory_mib = 1024;
+  }};
+  supervisor_config sc;
+  auto sup = spawn_supervisor(f.sys, f.provider, sc);
+  auto grade = [&](std::function<void(verification_request&)> change) {
+    verification_request req;
+    req.id = "big";
+    req.files["sandbox_runner.py"] = "";
+    change(req);
+    verification_outcome out;
+    f.self->request(sup, deadline, verify_atom::value, req)
+      .receive([&](verification_outcome& x) { out = std::move(x); },
+               [&](caf::error& e) { FAIL(describe(e)); });
+    CHECK(!out.ok);
+    CHECK(out.failure.kind == failure_kind::invalid_request);
+    CHECK(out.failure.cause == failure_cause::invalid_request);
+    CHECK(out.failure.state == verification_state::create);
+    return out.failure.message;
+  };
+  auto msg = grade([](auto& r) { r.config.resources.memory_mib = 4096; });
+  CHECK(msg.find("resources.memory_mib: 4096 is above this provider's "
+                 "max_memory_mib 1024") != std::string::npos);
+  msg = grade([](auto& r) { r.config.image = "ubuntu:24.04"; });
+  CHECK(msg.find("image: the local provider runs no images") !=
+        std::string::npos);
+  msg = grade([](auto& r) { r.config.provider_options = {{"zone", "b"}}; });
+  CHECK(msg.find("provider_options: the local provider takes none (got "
+                 "zone)") != std::string::npos);
+  CHECK(local_registry_counters(*f.registry).created == 0);
+  caf::anon_send_exit(sup, caf::exit_reason::user_shutdown);
 }

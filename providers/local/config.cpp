@@ -66,6 +66,18 @@ void read_limits(const json& settings, local_provider_config& cfg) {
   read_field(settings, "default_disk_mib", [&](const json& v) {
     cfg.default_disk_mib = read_count(v, "default_disk_mib", 1, 1 << 24);
   });
+  read_field(settings, "max_memory_mib", [&](const json& v) {
+    cfg.max_memory_mib = read_count(v, "max_memory_mib", 1, 1 << 24);
+  });
+  read_field(settings, "max_disk_mib", [&](const json& v) {
+    cfg.max_disk_mib = read_count(v, "max_disk_mib", 1, 1 << 24);
+  });
+  read_field(settings, "max_cpu", [&](const json& v) {
+    if (!v.is_number() || !(v.get<double>() >= 0) || v.get<double>() > 1024)
+      throw json_error("max_cpu", "expected a number of CPUs in [0, 1024] "
+                                  "(0: the host's)");
+    cfg.max_cpu = v.get<double>();
+  });
   read_field(settings, "sandbox_nice", [&](const json& v) {
     cfg.sandbox_nice = read_count(v, "sandbox_nice", 0, 19);
   });
@@ -112,12 +124,28 @@ local_provider_config parse_local_provider_config(const json& settings) {
   if (settings.is_null())
     return cfg;
   check_object(settings, "local provider settings",
-               {"root", "python", "max_download_bytes", "io_threads",
-                "isolation", "hide_paths", "max_processes", "max_log_bytes",
-                "default_memory_mib", "default_disk_mib", "sandbox_nice",
-                "uid_base", "uid_count", "cgroup_parent",
-                "allow_user_namespaces", "stop_attempts", "stop_retry_ms",
-                "warm_pool", "warm_pool_start"});
+               {"root",
+                "python",
+                "max_download_bytes",
+                "io_threads",
+                "isolation",
+                "hide_paths",
+                "max_processes",
+                "max_log_bytes",
+                "default_memory_mib",
+                "default_disk_mib",
+                "max_memory_mib",
+                "max_disk_mib",
+                "max_cpu",
+                "sandbox_nice",
+                "uid_base",
+                "uid_count",
+                "cgroup_parent",
+                "allow_user_namespaces",
+                "stop_attempts",
+                "stop_retry_ms",
+                "warm_pool",
+                "warm_pool_start"});
   read_field(settings, "root",
              [&](const json& v) { cfg.root = read_string(v, "root", true); });
   read_field(settings, "python", [&](const json& v) {

@@ -10,6 +10,7 @@
 // clang-format on
 
 #include "actors/quiet.hpp"
+#include "messages/bounded_json.hpp"
 #include "messages/errors.hpp"
 #include "messages/json.hpp"
 #include "messages/validation.hpp"
@@ -93,20 +94,58 @@ caf::error check_exec(const exec_request& x) {
   return check_env(x.env);
 }
 
-caf::error check_spec(const sandbox_spec& spec) {
-  auto invalid = [](const char* what) {
-    return make_error(provider_errc::invalid_argument, what);
+/// A number as a person writes it (no trailing zeros).
+std::string number_text(double x) {
+  auto text = std::to_string(x);
+  while (!text.empty() && text.back() == '0')
+    text.pop_back();
+  if (!text.empty() && text.back() == '.')
+    text.pop_back();
+  return text;
+}
+
+/// Every field of a spec is honoured or refused here: the local provider
+/// runs no images, takes no provider options and has no GPUs, and what a
+/// spec asks for stays under the provider's ceilings.
+caf::error check_spec(const sandbox_spec& spec, const local_ceilings& max) {
+  auto invalid = [](std::string what) {
+    return make_error(provider_errc::invalid_argument, std::move(what));
   };
   if (!(spec.ttl_s >= 0) || spec.ttl_s > max_timeout_s)
     return invalid("ttl_s: must be 0 (none) or seconds up to 604800");
+  if (!spec.image.empty())
+    return invalid("image: the local provider runs no images (got \"" +
+                   truncate_for_message(spec.image) +
+                   "\"); it runs on the host's view. Leave image empty, or "
+                   "use a provider that runs images");
+  if (spec.provider_options.is_object() && !spec.provider_options.empty()) {
+    std::string keys;
+    for (auto& item : spec.provider_options.items())
+      keys += (keys.empty() ? "" : ", ") + item.key();
+    return invalid("provider_options: the local provider takes none (got " +
+                   truncate_for_message(keys) + ")");
+  }
+  if (!spec.provider_options.is_null() && !spec.provider_options.is_object())
+    return invalid("provider_options: expected an object");
   auto& res = spec.resources;
-  if (!(res.cpu >= 0) || res.cpu > 1024)
-    return invalid("resources.cpu: must be 0 (unset) or cpus up to 1024");
-  if (res.memory_mib < 0 || res.memory_mib > (int64_t{1} << 24))
-    return invalid("resources.memory_mib: must be 0 (unset) or MiB up to "
-                   "16777216");
-  if (!(res.disk_gib >= 0) || res.disk_gib > 16384)
-    return invalid("resources.disk_gib: must be 0 (unset) or GiB up to 16384");
+  if (!(res.cpu >= 0) || res.cpu > max.max_cpu)
+    return invalid("resources.cpu: " + number_text(res.cpu) +
+                   " is above this provider's max_cpu " +
+                   number_text(max.max_cpu) + " (0: unset)");
+  if (res.memory_mib < 0 ||
+      static_cast<uint64_t>(res.memory_mib) > max.max_memory_mib)
+    return invalid("resources.memory_mib: " + std::to_string(res.memory_mib) +
+                   " is above this provider's max_memory_mib " +
+                   std::to_string(max.max_memory_mib) + " (0: unset)");
+  if (!(res.disk_gib >= 0) ||
+      res.disk_gib * 1024 > static_cast<double>(max.max_disk_mib))
+    return invalid("resources.disk_gib: " + number_text(res.disk_gib) +
+                   " GiB is above this provider's max_disk_mib " +
+                   std::to_string(max.max_disk_mib) + " (0: unset)");
+  if (res.gpu != 0 || !res.gpu_type.empty())
+    return invalid(
+      std::string{res.gpu != 0 ? "resources.gpu" : "resources.gpu_type"} +
+      ": the local provider has no GPUs");
   return check_env(spec.env);
 }
 
@@ -208,7 +247,8 @@ caf::behavior local_provider(local_actor* self,
   st.registry = std::move(registry);
   return {
     [self](create_atom, const sandbox_spec& spec) {
-      return call<sandbox_handle>(self, check_spec(spec), [&](auto done) {
+      auto err = check_spec(spec, self->state.registry->ceilings());
+      return call<sandbox_handle>(self, std::move(err), [&](auto done) {
         self->state.registry->create(self->state.owner, spec, std::move(done));
       });
     },
@@ -351,6 +391,11 @@ std::shared_ptr<local_registry> make_local_registry(local_provider_config cfg) {
   settings.warm_pool = cfg.warm_pool;
   settings.warm_pool_start = cfg.warm_pool_start;
   settings.stop_fault = std::move(cfg.stop_fault);
+  settings.ceilings.max_memory_mib = cfg.max_memory_mib;
+  settings.ceilings.max_disk_mib = cfg.max_disk_mib;
+  settings.ceilings.max_cpu =
+    cfg.max_cpu > 0 ? cfg.max_cpu
+                    : std::max(1u, std::thread::hardware_concurrency());
   auto iso = detail::prepare_isolation(cfg, settings.root, python);
   auto root_fd = detail::open_trusted_dir(settings.root);
   if (auto n = detail::reap_orphans(root_fd.get(), settings.root, iso.cgroups);
@@ -361,6 +406,11 @@ std::shared_ptr<local_registry> make_local_registry(local_provider_config cfg) {
   spdlog::info("local provider: root {}, python {}", settings.root,
                settings.python_path);
   detail::log_isolation(iso);
+  spdlog::info("local provider: a spec may ask for up to {} MiB of memory "
+               "(max_memory_mib), {} MiB of disk (max_disk_mib), {} cpus "
+               "(max_cpu); no image, provider options or GPU",
+               settings.ceilings.max_memory_mib, settings.ceilings.max_disk_mib,
+               settings.ceilings.max_cpu);
   settings.isolation =
     std::make_shared<const detail::isolation_settings>(std::move(iso));
   return std::shared_ptr<local_registry>(

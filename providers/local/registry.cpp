@@ -840,6 +840,10 @@ void local_registry::stop(const std::string& id,
   impl_->stop(id, std::move(done));
 }
 
+const local_ceilings& local_registry::ceilings() const {
+  return impl_->cfg.ceilings;
+}
+
 local_registry_stats local_registry::stats() const {
   std::lock_guard<std::mutex> guard{impl_->mtx};
   auto out = impl_->counters;

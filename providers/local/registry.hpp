@@ -47,6 +47,8 @@ struct registry_settings {
   /// Fill the default shape's pool at start.
   bool warm_pool_start = false;
   std::function<caf::error(const std::string&)> stop_fault;
+  /// What a spec may ask for (checked by the provider actor).
+  local_ceilings ceilings;
 };
 
 } // namespace detail
@@ -105,6 +107,9 @@ public:
   // -- the registry as a whole -----------------------------------------------
 
   local_registry_stats stats() const;
+
+  /// What a spec may ask for.
+  const local_ceilings& ceilings() const;
 
   /// Stops every sandbox (a last try for those whose stop failed) and joins
   /// the I/O threads. Blocks for up to about 30 s: never call it on a CAF
