@@ -10,12 +10,13 @@
 #include "providers/nodes/middleman_setup.hpp"
 #include "providers/nodes/node_joiner.hpp"
 #include "providers/nodes/node_protocol.hpp"
+#include "providers/nodes/peer_identity.hpp"
+#include "providers/nodes/transport/basp_gate.hpp"
 
 #include <CLI/CLI.hpp>
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 #include <caf/io/middleman.hpp>
-#include <caf/openssl/publish.hpp>
 #include <caf/scoped_actor.hpp>
 #include <chrono>
 #include <csignal>
@@ -62,9 +63,13 @@ again, with backoff, whenever that front is lost. SIGTERM or SIGINT drains: no n
 finish, all are stopped, exit 0. When a front's connection is lost, the
 node stops every sandbox that front created.
 
-Without TLS, sv-node listens only on loopback unless --insecure is given:
-BASP has no authentication. With --tls-cert/--tls-key/--tls-ca both sides
-verify the peer's certificate against the CA.
+TLS is required: --tls-cert/--tls-key/--tls-ca (make them with sv-certs:
+`sv-certs issue DIR --role sv-node --name NAME`); both sides verify the
+peer's certificate against the CA, and a node serves only certificates
+with O=sv-front (a joined front must hold O=sv-front too). With TLS, the
+name a node joins under is its certificate's CN. --insecure instead:
+plaintext BASP without any authentication (the fronts need "insecure":
+true too); anyone who reaches the port can act as a front.
 
 Exit status: 0 after a drain, 1 on a runtime error, 2 on a usage error.)";
 
@@ -99,7 +104,7 @@ std::optional<int> parse_cli(int argc, char** argv, cli_options& opts) {
   key->needs(cert);
   ca->needs(cert);
   app.add_flag("--insecure", opts.insecure,
-               "allow listening on a non-loopback address without TLS");
+               "plaintext BASP without certificates (no authentication)");
   app
     .add_option("--drain-timeout-s,--drain-timeout", opts.drain_timeout_s,
                 "seconds a drain waits for sandboxes in use")
@@ -133,10 +138,6 @@ split_host_port(const std::string& text, const char* option = "--listen") {
   return {host, static_cast<uint16_t>(std::stoul(port_text))};
 }
 
-bool is_loopback(const std::string& host) {
-  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
-}
-
 /// The provider block of `path`, JSON or YAML (providers/factory.hpp's one
 /// loader); a node serves a real provider, never a `nodes` block.
 provider_block load_block(const std::string& path) {
@@ -161,22 +162,16 @@ int run(const cli_options& opts, const sigset_t& signals) {
   uint16_t port = 0;
   if (!opts.listen.empty())
     std::tie(host, port) = split_host_port(opts.listen);
-  if (!opts.listen.empty() && !opts.tls.enabled() && !is_loopback(host) &&
-      !opts.insecure)
-    throw usage_error("--listen " + opts.listen +
-                      ": without TLS, sv-node listens only on loopback "
-                      "(BASP has no authentication); give --tls-cert, "
-                      "--tls-key and --tls-ca, or --insecure");
+  if (!opts.tls.enabled() && !opts.insecure)
+    throw usage_error("no TLS files: " + tls_missing_hint(node_role) +
+                      " (--tls-cert, --tls-key, --tls-ca, or --insecure)");
+  if (opts.tls.enabled() && opts.insecure)
+    throw usage_error("--insecure and --tls-cert exclude each other");
   join_settings joining;
   if (!opts.join.empty()) {
     std::tie(joining.host, joining.port) = split_host_port(opts.join, "--join");
     if (joining.port == 0)
       throw usage_error("--join " + opts.join + ": bad port");
-    if (!opts.tls.enabled() && !is_loopback(joining.host) && !opts.insecure)
-      throw usage_error("--join " + opts.join +
-                        ": without TLS, sv-node joins only on loopback "
-                        "(BASP has no authentication); give --tls-cert, "
-                        "--tls-key and --tls-ca, or --insecure");
     joining.tls = opts.tls.enabled();
   }
   auto block = load_block(opts.provider_config);
@@ -194,28 +189,40 @@ int run(const cli_options& opts, const sigset_t& signals) {
   caf::actor_system_config cfg;
   register_protocol(cfg);
   install_scheduler(cfg);
-  configure_middleman(cfg, opts.tls);
+  try {
+    configure_middleman(cfg, opts.tls, opts.insecure, node_role);
+  } catch (const std::runtime_error& e) {
+    throw usage_error(e.what());
+  }
   caf::actor_system sys{cfg};
   auto inner = backend->spawn(sys);
   auto node = spawn_node_actor(sys, inner, limits);
-  caf::expected<uint16_t> published{uint16_t{0}};
+  uint16_t published = 0;
   if (!opts.listen.empty()) {
-    published = opts.tls.enabled()
-                  ? caf::openssl::publish(node, port, host.c_str(), true)
-                  : sys.middleman().publish(node, port, host.c_str(), true);
-    if (!published) {
+    // The BASP gate listens (TLS, frame checks) and hands each
+    // authenticated connection to CAF's broker serving `node`.
+    caf::scoped_actor self{sys};
+    std::string failure;
+    self
+      ->request(transport::gate_actor(sys), std::chrono::seconds{30},
+                caf::publish_atom::value, port,
+                caf::actor_cast<caf::strong_actor_ptr>(node),
+                sys.message_types<node_actor>(), host, true)
+      .receive([&](uint16_t actual) { published = actual; },
+               [&](caf::error& err) { failure = sys.render(err); });
+    if (published == 0) {
       caf::anon_send_exit(node, caf::exit_reason::user_shutdown);
       caf::anon_send_exit(inner, caf::exit_reason::user_shutdown);
       throw std::runtime_error("cannot listen on " + opts.listen + ": " +
-                               sys.render(published.error()));
+                               failure);
     }
-    std::cout << "listening on " << host << ":" << *published << std::endl;
+    std::cout << "listening on " << host << ":" << published << std::endl;
   }
   caf::actor joiner;
   if (!opts.join.empty()) {
     joining.name = opts.name;
     if (joining.name.empty() && !opts.listen.empty())
-      joining.name = host + ":" + std::to_string(*published);
+      joining.name = host + ":" + std::to_string(published);
     if (joining.name.empty()) {
       char buf[256] = {};
       ::gethostname(buf, sizeof buf - 1);
@@ -239,8 +246,6 @@ int run(const cli_options& opts, const sigset_t& signals) {
     spdlog::warn("drain timeout: {} sandboxes still in use", in_use);
   if (joiner)
     caf::anon_send_exit(joiner, caf::exit_reason::user_shutdown);
-  if (!opts.listen.empty())
-    sys.middleman().unpublish(node, *published);
   caf::anon_send_exit(node, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(inner, caf::exit_reason::user_shutdown);
   sys.await_all_actors_done();

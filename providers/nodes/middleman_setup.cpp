@@ -1,51 +1,48 @@
 #include "providers/nodes/middleman_setup.hpp"
 
-#include "providers/nodes/openssl_error_queue.hpp"
+#include "providers/nodes/transport/basp_gate.hpp"
 
 #include <caf/actor_system_config.hpp>
 #include <caf/io/middleman.hpp>
-#include <caf/openssl/manager.hpp>
 #include <caf/timespan.hpp>
 #include <chrono>
-#include <fstream>
+#include <spdlog/spdlog.h>
 #include <stdexcept>
 
 namespace sv {
 
-namespace {
-
-void require_readable(const std::string& what, const std::string& path) {
-  std::ifstream in{path};
-  if (!in)
-    throw std::runtime_error("TLS " + what + " " + path + ": cannot be read");
+std::string tls_missing_hint(const std::string& role) {
+  return "BASP needs TLS: make the cluster's certificates with sv-certs "
+         "(sv-certs init DIR; sv-certs issue DIR --role " +
+         role +
+         " --name NAME) and give this side's certificate, key and the CA; "
+         "or plaintext without authentication with insecure, on both ends";
 }
 
-} // namespace
-
-void configure_middleman(caf::actor_system_config& cfg, const tls_files& tls) {
+void configure_middleman(caf::actor_system_config& cfg, const tls_files& tls,
+                         bool insecure, const std::string& role) {
   using std::chrono::milliseconds;
+  if (tls.enabled() && insecure)
+    throw std::runtime_error("TLS files and insecure exclude each other");
+  if (!tls.enabled() && !insecure)
+    throw std::runtime_error(tls_missing_hint(role));
+  if (tls.enabled() && (tls.key.empty() || tls.ca.empty()))
+    throw std::runtime_error("TLS needs a certificate, a key and a CA");
   cfg.load<caf::io::middleman>();
   cfg.set("middleman.heartbeat-interval",
           caf::timespan{milliseconds{heartbeat_interval_ms}});
   cfg.set("middleman.connection-timeout",
           caf::timespan{milliseconds{connection_timeout_ms}});
-  if (!tls.enabled())
-    return;
-  if (tls.key.empty() || tls.ca.empty())
-    throw std::runtime_error("TLS needs a certificate, a key and a CA");
-  require_readable("certificate", tls.cert);
-  require_readable("key", tls.key);
-  require_readable("CA", tls.ca);
-  // Without it one peer's failed handshake closes every other TLS
-  // connection of this process (openssl_error_queue.cpp).
-  if (!openssl_error_queue_fix_active())
-    throw std::runtime_error(
-      "TLS: the OpenSSL error-queue fix is not linked into this program "
-      "(providers/nodes/openssl_error_queue.cpp)");
-  cfg.openssl_certificate = tls.cert;
-  cfg.openssl_key = tls.key;
-  cfg.openssl_cafile = tls.ca;
-  cfg.load<caf::openssl::manager>();
+  transport::gate_settings gs;
+  gs.tls = tls;
+  gs.insecure = insecure;
+  gs.role = role;
+  transport::load_gate(cfg, gs);
+  if (insecure)
+    spdlog::warn("insecure: BASP in plaintext, without certificates: any "
+                 "process that reaches this {}'s connections can act as "
+                 "a{} (use TLS made by sv-certs)",
+                 role, role == "sv-node" ? " front" : " node");
 }
 
 } // namespace sv

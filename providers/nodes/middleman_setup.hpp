@@ -2,8 +2,9 @@
 
 // The middleman set-up fronts and nodes share: BASP heartbeats so that a
 // peer that stops answering without closing its connection (SIGSTOP, a
-// partition) is noticed within seconds, and optionally TLS through
-// libcaf_openssl with the peer verified against a CA.
+// partition) is noticed within seconds, and the BASP gate
+// (transport/basp_gate.hpp): mutual TLS with identities from certificates,
+// frame checks, CAF itself on no TCP port.
 
 #include <string>
 
@@ -25,8 +26,14 @@ struct tls_files {
 inline constexpr int heartbeat_interval_ms = 500;
 inline constexpr int connection_timeout_ms = 3000;
 
-/// Loads the middleman (and the openssl manager when `tls` is enabled) into
-/// `cfg`. Throws std::runtime_error when a TLS file is unreadable.
-void configure_middleman(caf::actor_system_config& cfg, const tls_files& tls);
+/// What a front or node says when it has neither TLS files nor insecure.
+std::string tls_missing_hint(const std::string& role);
+
+/// Loads the middleman and the BASP gate into `cfg` for a process of
+/// `role` ("sv-node" or "sv-front"): TLS with `tls`, or plaintext when
+/// `insecure` (logged as a warning). Throws std::runtime_error when neither
+/// or both are given or a TLS file is unusable.
+void configure_middleman(caf::actor_system_config& cfg, const tls_files& tls,
+                         bool insecure, const std::string& role);
 
 } // namespace sv

@@ -2,12 +2,12 @@
 
 #include "actors/quiet.hpp"
 #include "messages/atoms.hpp"
+#include "providers/nodes/transport/basp_gate.hpp"
 
 #include <caf/actor_cast.hpp>
 #include <caf/actor_system.hpp>
 #include <caf/event_based_actor.hpp>
 #include <caf/io/middleman.hpp>
-#include <caf/openssl/manager.hpp>
 #include <caf/stateful_actor.hpp>
 #include <chrono>
 #include <set>
@@ -85,8 +85,7 @@ void dial(self_ptr self) {
   auto& st = self->state;
   auto gen = st.gen;
   auto& sys = self->system();
-  auto mm = st.settings.tls ? sys.openssl_manager().actor_handle()
-                            : sys.middleman().actor_handle();
+  auto mm = transport::gate_actor(sys);
   self
     ->request(mm, call_timeout, caf::connect_atom::value, st.settings.host,
               st.settings.port)
@@ -106,13 +105,7 @@ void dial(self_ptr self) {
       [=](caf::error& err) {
         if (gen != self->state.gen)
           return;
-        auto text = self->system().render(err);
-        if (self->state.settings.tls &&
-            err == caf::sec::disconnect_during_handshake)
-          text = "TLS handshake refused (is each side's certificate signed "
-                 "by the other's CA?): " +
-                 text;
-        retry_later(self, text);
+        retry_later(self, self->system().render(err));
       });
 }
 

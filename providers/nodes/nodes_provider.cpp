@@ -6,6 +6,8 @@
 #include "messages/json.hpp"
 #include "providers/factory.hpp"
 #include "providers/nodes/node_protocol.hpp"
+#include "providers/nodes/peer_identity.hpp"
+#include "providers/nodes/transport/basp_gate.hpp"
 
 #include <algorithm>
 #include <caf/actor_cast.hpp>
@@ -14,7 +16,6 @@
 #include <caf/event_based_actor.hpp>
 #include <caf/io/middleman.hpp>
 #include <caf/make_message.hpp>
-#include <caf/openssl/manager.hpp>
 #include <caf/scoped_actor.hpp>
 #include <caf/stateful_actor.hpp>
 #include <chrono>
@@ -159,11 +160,10 @@ void answer_capacity_waiters(self_ptr self) {
     st.capacity_waiters.answer_all(total);
 }
 
-caf::io::middleman_actor mm_actor(self_ptr self) {
-  auto& sys = self->system();
-  if (self->state.settings.tls.enabled())
-    return sys.openssl_manager().actor_handle();
-  return sys.middleman().actor_handle();
+/// The BASP gate (transport/basp_gate.hpp): connects and publishes like
+/// CAF's middleman actor, over TLS with frame checks.
+caf::actor mm_actor(self_ptr self) {
+  return transport::gate_actor(self->system());
 }
 
 /// Hands queued creates to nodes with free capacity.
@@ -566,7 +566,27 @@ caf::behavior registrar(caf::event_based_actor* self, caf::actor provider) {
   self->set_default_handler(log_and_drop_unexpected);
   return {
     [=](join_atom a, std::string& name, caf::actor& node) {
-      return self->delegate(provider, a, std::move(name), std::move(node));
+      // The joiner is who its connection proved (the BASP gate bound its
+      // node id): an sv-node certificate, whose CN is the name it joins
+      // under, offering a node actor of its own process.
+      auto& sender = self->current_sender();
+      auto who = sender ? peer_registry::find(sender->node()) : std::nullopt;
+      auto refuse = [&](const std::string& why) {
+        spdlog::warn("join refused: {}", why);
+        self->make_response_promise().deliver(
+          make_error(provider_errc::invalid_argument, why));
+      };
+      if (!who || who->role != node_role) {
+        refuse("only a connected sv-node joins");
+        return;
+      }
+      if (!node || node->node() != sender->node()) {
+        refuse("node " + who->name + " offered another process's actor");
+        return;
+      }
+      if (who->name.rfind("insecure/", 0) != 0)
+        name = who->name;
+      self->delegate(provider, a, std::move(name), std::move(node));
     },
   };
 }
@@ -775,13 +795,11 @@ nodes_settings parse_nodes_settings(const json& j) {
   if (out.endpoints.empty() && out.listen.empty())
     throw json_error("endpoints", "missing: the nodes to grade on (or "
                                   "\"listen\" for nodes that join)");
-  if (!out.listen.empty() && !out.tls.enabled() && !out.insecure) {
-    auto host = out.listen.substr(0, out.listen.rfind(':'));
-    if (host != "localhost" && host != "::1" && host.rfind("127.", 0) != 0)
-      throw json_error("listen", "without tls, only on loopback (BASP has no "
-                                 "authentication); set tls, or \"insecure\": "
-                                 "true");
-  }
+  if (!out.tls.enabled() && !out.insecure)
+    throw json_error("tls", "missing: " + tls_missing_hint(front_role) +
+                              " (\"insecure\": true)");
+  if (out.tls.enabled() && out.insecure)
+    throw json_error("insecure", "tls and insecure exclude each other");
   return out;
 }
 
@@ -810,7 +828,7 @@ provider_actor spawn_nodes_provider(caf::actor_system& sys,
 
 void configure_front(caf::actor_system_config& cfg,
                      const nodes_settings& settings) {
-  configure_middleman(cfg, settings.tls);
+  configure_middleman(cfg, settings.tls, settings.insecure, front_role);
 }
 
 json nodes_stats(caf::actor_system& sys, const provider_actor& provider) {
@@ -847,8 +865,7 @@ size_t nodes_capacity_up(caf::actor_system& sys, const provider_actor& provider,
 size_t nodes_total_capacity(caf::actor_system& sys,
                             const nodes_settings& settings) {
   auto timeout = seconds_span(settings.connect_timeout_s);
-  auto mm = settings.tls.enabled() ? sys.openssl_manager().actor_handle()
-                                   : sys.middleman().actor_handle();
+  auto mm = transport::gate_actor(sys);
   caf::scoped_actor self{sys};
   size_t total = 0;
   for (auto& ep : settings.endpoints) {

@@ -8,8 +8,13 @@ isolation none) and sv-grade on a `nodes` block as the front.
   verifier_error, the batch finishes, the survivors have nothing left;
 - a node restarted on its port is used again;
 - a SIGSTOP'd node is noticed (heartbeat) and the batch still finishes;
-- TLS with a CA made here by the openssl CLI; a node with a certificate of
-  another CA is refused;
+- TLS by default, with a cluster CA and certificates made here by sv-certs
+  (one case, sigstop, runs plaintext with --insecure / "insecure": true on
+  both ends); a node with a certificate of another CA is refused;
+- hostile peers over TLS (raw sockets with certificates made here): frames
+  CAF 0.17.6 would crash or stall on, wrong roles, another CA, plaintext,
+  a node id or a node name already connected; after each, the node (or
+  front) still grades a line for a legit front;
 - nodes that --join a front listening for them: a batch spreads over both,
   kill -9 of one mid-batch, and they join the next front on their own.
 
@@ -36,13 +41,29 @@ open(sys.argv[2], "w").write('{{"reward": 1.0}}')
 class Cluster:
     def __init__(self, sv_node, sv_grade, python, tmp):
         self.sv_node, self.sv_grade, self.python = sv_node, sv_grade, python
+        self.sv_certs = os.path.join(os.path.dirname(sv_node), "sv-certs")
         self.tmp = tmp
         self.procs = []
+        # Plaintext (--insecure / "insecure": true) instead of TLS.
+        self.insecure = False
+
+    def cert(self, role, name, ca="cluster"):
+        """(cert, key, ca) of `name` with `role` under CA `ca`, made by
+        sv-certs the first time."""
+        d = self.path(ca)
+        if not os.path.exists(os.path.join(d, "ca.pem")):
+            sv_certs(self, "init", d)
+        pem = os.path.join(d, f"{name}.pem")
+        if not os.path.exists(pem):
+            sv_certs(self, "issue", d, "--role", role, "--name", name)
+        return (pem, os.path.join(d, f"{name}.key"),
+                os.path.join(d, "ca.pem"))
 
     def path(self, name):
         return os.path.join(self.tmp, name)
 
-    def start_node(self, name, port=0, capacity=4, tls=None, join=None):
+    def start_node(self, name, port=0, capacity=4, tls=None, join=None,
+                   expect_start=True):
         config = self.path(f"{name}.json")
         root = self.path(f"root-{name}")
         with open(config, "w") as f:
@@ -55,7 +76,10 @@ class Cluster:
         cmd = [self.sv_node, *where,
                "--provider-config", config, "--capacity", str(capacity),
                "--log-level", "info"]
-        if tls:
+        if self.insecure:
+            cmd += ["--insecure"]
+        else:
+            tls = tls or self.cert("sv-node", name)
             cmd += ["--tls-cert", tls[0], "--tls-key", tls[1],
                     "--tls-ca", tls[2]]
         log = open(self.path(f"{name}.log"), "a")
@@ -88,7 +112,10 @@ class Cluster:
     def grade(self, endpoints, n, sleep, tls=None, extra=(), settings=None):
         block = {"nodes": {**({"endpoints": endpoints} if endpoints else {}),
                            **(settings or {})}}
-        if tls:
+        if self.insecure:
+            block["nodes"]["insecure"] = True
+        else:
+            tls = tls or self.cert("sv-front", "front")
             block["nodes"]["tls"] = {"cert": tls[0], "key": tls[1],
                                      "ca": tls[2]}
         config = self.path("front.json")
@@ -240,6 +267,7 @@ def case_spread_and_kill(c):
 
 
 def case_sigstop(c):
+    c.insecure = True  # the one plaintext case
     nodes = [c.start_node(f"s{i}") for i in range(3)]
     eps = [p.endpoint for p in nodes]
     proc = c.grade(eps, 12, 3)
@@ -302,7 +330,23 @@ def case_usage(c):
     p = node()
     check(p.returncode == 2 and "--listen" in p.stderr, f"no args: {p}")
     p = node("--listen", "10.0.0.1:0")
-    check(p.returncode == 2 and "--insecure" in p.stderr, f"non-loopback: {p}")
+    check(p.returncode == 2 and "--insecure" in p.stderr
+          and "sv-certs" in p.stderr, f"no TLS: {p}")
+    p = node("--listen", "127.0.0.1:0")
+    check(p.returncode == 2 and "sv-certs" in p.stderr, f"no TLS: {p}")
+    front_cert = c.cert("sv-front", "front")
+    p = node("--listen", "127.0.0.1:0", "--tls-cert", front_cert[0],
+             "--tls-key", front_cert[1], "--tls-ca", front_cert[2])
+    check(p.returncode == 2 and "O=sv-node" in p.stderr,
+          f"a front certificate on a node: {p}")
+    cfg = c.path("notls.json")
+    with open(cfg, "w") as f:
+        f.write('{"nodes": {"endpoints": ["127.0.0.1:1"]}}')
+    p = subprocess.run([c.sv_grade, "--input", "/dev/null", "--output", "-",
+                        "--provider-config", cfg], capture_output=True,
+                       text=True, timeout=30)
+    check(p.returncode == 2 and "sv-certs" in p.stderr,
+          f"a front without TLS: {p}")
     p = node("--listen", "127.0.0.1:x")
     check(p.returncode == 2 and "bad port" in p.stderr, f"bad port: {p}")
     p = node("--listen", "127.0.0.1:0", "--tls-cert", "a.pem")
@@ -310,40 +354,27 @@ def case_usage(c):
     bad = c.path("bad.json")
     with open(bad, "w") as f:
         f.write('{"nodes": {"endpoints": ["127.0.0.1:1"]}}')
-    p = node("--listen", "127.0.0.1:0", "--provider-config", bad)
+    p = node("--listen", "127.0.0.1:0", "--provider-config", bad, "--insecure")
     check(p.returncode == 2 and "cannot serve a nodes block" in p.stderr,
           f"nodes block on a node: {p}")
     first = c.start_node("u0")
     # Its own sandbox root: never the shared default one.
     p = node("--listen", first.endpoint, "--provider-config",
-             c.path("u0.json"))
+             c.path("u0.json"), "--insecure")
     check(p.returncode == 1 and "cannot listen" in p.stderr,
           f"port in use: {p}")
 
 
-def make_ca(c, name):
-    d = c.path(name)
-    made = os.path.isdir(d)  # by an earlier case of this run: reused
-    os.makedirs(d, exist_ok=True)
+def sv_certs(c, *args):
+    p = subprocess.run([c.sv_certs, *args], capture_output=True, text=True,
+                       timeout=60)
+    check(p.returncode == 0, f"sv-certs {args}: {p.stderr}")
 
-    def run(*args):
-        subprocess.run(["openssl", *args], check=True, capture_output=True,
-                       timeout=30, cwd=d)
-    if not made:
-        run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-            "-subj", f"/CN={name}-ca", "-keyout", "ca.key", "-out", "ca.pem")
-    certs = {}
-    for who in ("node", "front"):
-        if not made:
-            run("req", "-newkey", "rsa:2048", "-nodes", "-subj",
-                f"/CN={who}", "-keyout", f"{who}.key", "-out", f"{who}.csr")
-            run("x509", "-req", "-in", f"{who}.csr", "-CA", "ca.pem",
-                "-CAkey", "ca.key", "-CAcreateserial", "-days", "2",
-                "-out", f"{who}.pem")
-        certs[who] = (os.path.join(d, f"{who}.pem"),
-                      os.path.join(d, f"{who}.key"),
-                      os.path.join(d, "ca.pem"))
-    return certs
+
+def make_ca(c, name):
+    """A node's and a front's certificates of CA `name` (sv-certs)."""
+    return {"node": c.cert("sv-node", "node", ca=name),
+            "front": c.cert("sv-front", "front", ca=name)}
 
 
 def case_tls(c):
@@ -351,6 +382,7 @@ def case_tls(c):
         print("openssl CLI missing: skipped")
         sys.exit(SKIP)
     good, other = make_ca(c, "good"), make_ca(c, "other")
+    good["node"] = c.cert("sv-node", "t0", ca="good")
     node = c.start_node("t0", tls=good["node"])
     rc, out, err = finish(c.grade([node.endpoint], 4, 0.2,
                                   tls=good["front"]))
@@ -372,11 +404,12 @@ def case_tls(c):
     # handshakes on the front's listen port leave the good node's
     # connection alone (openssl_error_queue.cpp).
     front = f"127.0.0.1:{free_port()}"
-    good_join = c.start_node("tj0", tls=good["node"], join=front)
+    good_join = c.start_node("tj0", tls=c.cert("sv-node", "tj0", ca="good"),
+                             join=front)
     proc = c.grade([], 8, 1.0, tls=good["front"],
                    extra=["--concurrency", "4"],
                    settings={"listen": front, "join_wait_s": 20})
-    c.start_node("tj1", tls=other["node"], join=front)
+    c.start_node("tj1", tls=c.cert("sv-node", "tj1", ca="other"), join=front)
     check(wait_until(lambda: "TLS handshake refused"
                      in open(c.path("tj1.log")).read(), 10),
           "tls join: the refused node does not say why")
@@ -457,7 +490,7 @@ def case_join(c):
     nodes = [c.start_node(f"j{i}", join=front) for i in range(2)]
     proc = c.grade([], 16, 1.0, settings=listen,
                    extra=["--concurrency", "8"])
-    check(wait_until(lambda: all(leftovers(p.root) for p in nodes), 20),
+    check(wait_until(lambda: all(uploaded(p.root) for p in nodes), 20),
           "join: the batch did not reach both joined nodes")
     nodes[1].kill()
     nodes[1].wait(timeout=10)
@@ -494,6 +527,9 @@ def main():
     if len(sys.argv) < 4:
         sys.exit(f"usage: {sys.argv[0]} SV_NODE SV_GRADE PYTHON [case]")
     names = sys.argv[4:] or list(CASES)
+    if shutil.which("openssl") is None:
+        print("openssl CLI missing (sv-certs needs it): skipped")
+        sys.exit(SKIP)
     with tempfile.TemporaryDirectory(prefix="sv-nodes-test-",
                                      ignore_cleanup_errors=True) as tmp:
         c = Cluster(*sys.argv[1:4], tmp)
@@ -503,6 +539,7 @@ def main():
                 CASES[name](c)
                 c.close()
                 c.procs = []
+                c.insecure = False
         finally:
             c.close()
     print("ok")
