@@ -27,7 +27,7 @@ def start_node(args, tmp, name):
     with open(config, "w") as f:
         json.dump({"local": {"isolation": "none",
                              "root": os.path.join(tmp, f"root-{name}")}}, f)
-    proc = subprocess.Popen([args.sv_node, "--listen", "127.0.0.1:0",
+    proc = subprocess.Popen([args.sv_node, "--listen", "127.0.0.1:0", "--insecure",
                              "--provider-config", config,
                              "--capacity", str(args.slots)],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
@@ -43,7 +43,8 @@ def run(args, tmp, nodes):
     try:
         config = os.path.join(tmp, "front.json")
         with open(config, "w") as f:
-            json.dump({"nodes": {"endpoints": [ep for _, ep in procs]}}, f)
+            json.dump({"nodes": {"endpoints": [ep for _, ep in procs],
+                                 "insecure": True}}, f)
         runner = RUNNER.format(sleep=args.sleep)
         batch = os.path.join(tmp, "batch.jsonl")
         with open(batch, "w") as f:
