@@ -21,10 +21,28 @@ set(SV_INSTALL_CMAKEDIR "${CMAKE_INSTALL_LIBDIR}/cmake/sandbox_verification")
 
 install(TARGETS sv_protocol sv_runtime sv sv_testing EXPORT sandbox_verificationTargets
         ARCHIVE DESTINATION "${CMAKE_INSTALL_LIBDIR}")
-foreach(dir messages actors providers facade testing)
-  install(DIRECTORY "${PROJECT_SOURCE_DIR}/${dir}"
-          DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}/sandbox_verification"
-          FILES_MATCHING PATTERN "*.hpp")
+# The installed headers are the documented API (docs/embedding.md,
+# docs/testing.md), nothing more: a backend's internals (providers/local/,
+# remote/, nodes/: host primitives, one sandbox's life, transports) and the
+# runtime's own helpers stay in the tree. package_install_embed compiles
+# every installed header alone against the prefix, so a public header that
+# includes an internal one fails there.
+set(SV_PUBLIC_HEADERS
+    messages/atoms.hpp messages/batch_format.hpp messages/bounded_json.hpp
+    messages/config_file.hpp messages/enums.hpp messages/errors.hpp
+    messages/json.hpp messages/json_inspect.hpp messages/protocol.hpp
+    messages/provider.hpp messages/registry.hpp messages/validation.hpp
+    actors/supervisor.hpp actors/retry.hpp actors/verification.hpp
+    actors/verification_protocol.hpp actors/provider_restarter.hpp
+    actors/scheduler.hpp
+    providers/factory.hpp providers/local.hpp providers/remote.hpp
+    providers/scripted.hpp
+    facade/grader.hpp
+    testing/deterministic.hpp testing/faults.hpp testing/grading_bench.hpp)
+foreach(header ${SV_PUBLIC_HEADERS})
+  get_filename_component(dir "${header}" DIRECTORY)
+  install(FILES "${PROJECT_SOURCE_DIR}/${header}"
+          DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}/sandbox_verification/${dir}")
 endforeach()
 install(EXPORT sandbox_verificationTargets NAMESPACE sandbox_verification::
         DESTINATION "${SV_INSTALL_CMAKEDIR}")

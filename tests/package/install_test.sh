@@ -33,6 +33,22 @@ build_example() { # NAME: examples/NAME into $tmp/NAME
     exit 1
   fi
 }
+# Every installed header compiles against the prefix alone (a public header
+# that includes an internal, uninstalled one fails here: one translation
+# unit of them all, to keep this cheap), and no internal folder was
+# installed.
+inc="$tmp/prefix/include/sandbox_verification"
+for internal in providers/local providers/remote providers/nodes cache apps; do
+  if [ -e "$inc/$internal" ]; then
+    echo "internal headers installed: $internal" >&2
+    exit 1
+  fi
+done
+(cd "$inc" && find . -name '*.hpp' | sort | sed 's|^\./\(.*\)|#include "\1"|') \
+  > "$tmp/all_headers.cpp"
+test "$(wc -l < "$tmp/all_headers.cpp")" -ge 20
+"$cxx" -std=c++17 -fsyntax-only -I"$inc" "$tmp/all_headers.cpp" \
+  || { echo "the installed headers do not compile against the prefix" >&2; exit 1; }
 build_example embed
 "$tmp/embed/sv-embed-example" "$python"
 "$tmp/embed/sv-grader-example" "$python" | grep -qx "reward: 1.0"
