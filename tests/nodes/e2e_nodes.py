@@ -476,6 +476,181 @@ def case_tls_bad_peer(c):
     check(node.poll() is None, "tls bad peer: the node died")
 
 
+
+# -- hostile peers ------------------------------------------------------------
+
+def atom(text):
+    """CAF 0.17's atom_value of `text` (caf/detail/atom_val.hpp)."""
+    table = (" 0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ_"
+             "abcdefghijklmnopqrstuvwxyz")
+    v = 0xF
+    for ch in text:
+        v = (v << 6) | table.index(ch)
+    return v & 0xFFFFFFFFFFFFFFFF
+
+
+def basp(op, length=0, flags=0, op_data=0, src=0, dest=0, payload=b""):
+    """A BASP frame: CAF 0.17.6's 32-byte header, network order."""
+    import struct
+    return struct.pack(">BBBBIQQQ", op, 0, 0, flags, length, op_data, src,
+                       dest) + payload
+
+
+def node_id(pid, host=b"\x42" * 20):
+    import struct
+    return struct.pack(">QI", atom("default"), pid) + host
+
+
+def client_handshake(pid):
+    nid = node_id(pid)
+    return basp(1, len(nid), payload=nid)
+
+
+class RawPeer:
+    """A hostile peer: TCP (TLS with `cert`, or plaintext) to `endpoint`."""
+
+    def __init__(self, endpoint, cert=None):
+        import socket
+        import ssl
+        host, port = endpoint.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=5)
+        self.handshake_error = None
+        if cert:
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+            ctx.load_cert_chain(cert[0], cert[1])
+            try:
+                self.sock = ctx.wrap_socket(self.sock)
+            except (OSError, ssl.SSLError) as e:
+                self.handshake_error = e
+
+    def send(self, data):
+        try:
+            self.sock.sendall(data)
+        except OSError:
+            pass
+
+    def closed_within(self, seconds):
+        """Whether the other side closes the connection within `seconds`
+        (what it sends meanwhile is read and dropped)."""
+        if self.handshake_error is not None:
+            return True
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            self.sock.settimeout(max(0.05, deadline - time.monotonic()))
+            try:
+                if not self.sock.recv(65536):
+                    return True
+            except TimeoutError:
+                return False
+            except OSError:
+                return True
+        return False
+
+    def close(self):
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+def case_attacks(c):
+    """Hostile peers against a TLS node: each is refused (connection closed,
+    one log line naming the reason) and the node grades a line for a legit
+    front after each; then against a front listening for nodes."""
+    node = c.start_node("a0")
+    ep = node.endpoint
+    log = c.path("a0.log")
+    attacker = c.cert("sv-front", "attacker")  # a cluster front certificate
+
+    def still_grades(what):
+        rc, out, err = finish(c.grade([ep], 1, 0.1))
+        check(rc == 0 and len(out) == 1 and out[0]["ok"],
+              f"{what}: the node no longer grades: {rc} {out} {err[-2000:]}")
+        check(node.poll() is None, f"{what}: the node died")
+
+    def refused(what, peer, reason, where=log):
+        check(peer.closed_within(10), f"{what}: the connection stays open")
+        peer.close()
+        check(wait_until(lambda: reason in open(where).read(), 10),
+              f"{what}: no log line with {reason!r}: "
+              f"{open(where).read()[-1500:]}")
+
+    attacks = [
+        ("client_handshake without payload", attacker, basp(1),
+         "client_handshake without payload"),
+        ("server_handshake v3 without payload", attacker,
+         basp(0, op_data=3), "server_handshake without payload"),
+        ("4 GiB payload", attacker,
+         client_handshake(901) + basp(2, 0xFFFFFFFF, dest=1),
+         "announcing 4294967295 payload bytes"),
+        ("routed message", attacker,
+         client_handshake(902) + basp(3, 64, dest=1, payload=b"x" * 64),
+         "routed_message"),
+        ("300,000 nested messages", attacker,
+         client_handshake(903) + basp(
+             2, 1 + 15 * 300000 + 6, dest=1,
+             payload=b"\x00" + b"\x00\x00\x0c@<>+@message" * 300000
+             + b"\x00\x00\x03@<>"),
+         "nesting 300001 messages"),
+        ("a node certificate acting as a front",
+         c.cert("sv-node", "evil-node"), client_handshake(904),
+         "cannot connect to an sv-node"),
+        ("a certificate of another CA",
+         c.cert("sv-front", "stranger", ca="other"), client_handshake(905),
+         "TLS handshake failed"),
+        ("plaintext to a TLS node", None, client_handshake(906),
+         "TLS handshake failed"),
+    ]
+    for what, cert, data, reason in attacks:
+        print(f"  attack: {what}", flush=True)
+        peer = RawPeer(ep, cert)
+        peer.send(data)
+        refused(what, peer, reason)
+        still_grades(what)
+    # A second connection claiming a node id that is connected.
+    print("  attack: a second connection with a bound node id", flush=True)
+    first = RawPeer(ep, attacker)
+    first.send(client_handshake(907))
+    check(wait_until(lambda: "#907" in open(log).read(), 10),
+          "bound id: the first connection was not bound")
+    second = RawPeer(ep, attacker)
+    second.send(client_handshake(907))
+    refused("bound node id", second, "is connected already")
+    check(not first.closed_within(1), "bound id: the first one was closed")
+    first.close()
+    still_grades("bound node id")
+
+    # A front listening for nodes: a front certificate cannot join, and a
+    # node name (CN) that is connected cannot join again.
+    front = f"127.0.0.1:{free_port()}"
+    ja0 = c.cert("sv-node", "ja0")
+    c.start_node("ja0", tls=ja0, join=front)
+    proc = c.grade([], 6, 1.0, extra=["--concurrency", "2"],
+                   settings={"listen": front, "join_wait_s": 20})
+    check(wait_until(lambda: leftovers(c.path("root-ja0")), 20),
+          "join attacks: the batch did not start on ja0")
+    print("  attack: a front certificate joining as a node", flush=True)
+    peer = RawPeer(front, attacker)
+    peer.send(client_handshake(908))
+    check(peer.closed_within(10), "front cert join: connection stays open")
+    peer.close()
+    print("  attack: a second node named ja0", flush=True)
+    twin = c.start_node("ja0-twin", tls=ja0, join=front)
+    check(wait_until(lambda: "cannot join" in open(c.path("ja0-twin.log"))
+                     .read(), 15), "twin: it does not say it cannot join")
+    rc, out, err = finish(proc, timeout=60)
+    check(rc == 0, f"join attacks: exit {rc}: {err[-3000:]}")
+    one_reply_each(out, 6)
+    check(all(o["ok"] and o["node"] == "ja0" and o["attempts"] == 1
+              for o in out), f"join attacks: {out}")
+    check("cannot connect to an sv-front" in err,
+          f"front cert join: no log line: {err[-2000:]}")
+    check("a node named ja0 is connected already" in err,
+          f"twin: no log line: {err[-2000:]}")
+    check(twin.poll() is None, "twin: died instead of retrying")
+
 def free_port():
     import socket
     with socket.socket() as s:
@@ -519,7 +694,7 @@ def case_join(c):
 
 CASES = {"join": case_join, "spread_and_kill": case_spread_and_kill, "sigstop": case_sigstop,
          "front_lost_and_drain": case_front_lost_and_drain, "tls": case_tls,
-         "tls_bad_peer": case_tls_bad_peer,
+         "tls_bad_peer": case_tls_bad_peer, "attacks": case_attacks,
          "usage": case_usage}
 
 
