@@ -4,9 +4,9 @@
 #include <cstring>
 #include <fcntl.h>
 #include <filesystem>
-#include <fstream>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 namespace sv::grade {
 
@@ -26,10 +26,14 @@ void open_io(const io_request& opts, batch_io& io) {
     if (io.in_file.fd < 0)
       throw usage_error("input " + opts.input + ": " + std::strerror(errno));
     io.in = io.in_file.fd;
-    io.total = count_lines(opts.input);
   }
   struct stat in_st {};
   bool in_known = ::fstat(io.in, &in_st) == 0 && S_ISREG(in_st.st_mode);
+  // The input is opened once and read once: a pipe, a FIFO or /dev/stdin
+  // has no second reading (counting its lines would eat them). A regular
+  // file's lines are counted through the same descriptor, by offset.
+  if (in_known && opts.input != "-")
+    io.total = count_lines(io.in);
   struct stat out_st {};
   if (opts.output != "-") {
     if (in_known && ::stat(opts.output.c_str(), &out_st) == 0 &&
@@ -42,6 +46,10 @@ void open_io(const io_request& opts, batch_io& io) {
   }
   if (opts.resume && opts.output == "-")
     throw usage_error("--resume needs --output FILE");
+  if (opts.resume && ::stat(opts.output.c_str(), &out_st) == 0 &&
+      !S_ISREG(out_st.st_mode))
+    throw usage_error("--resume needs a regular --output file: " + opts.output +
+                      " is not one");
   if (!opts.summary_json.empty()) {
     io.summary_file.fd = ::open(opts.summary_json.c_str(),
                                 O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -76,14 +84,19 @@ void open_io(const io_request& opts, batch_io& io) {
   }
 }
 
-uint64_t count_lines(const std::string& path) {
-  std::ifstream in{path, std::ios::binary};
+uint64_t count_lines(int fd) {
   uint64_t n = 0;
   char last = '\n';
   char buf[1 << 16];
-  while (in.read(buf, sizeof(buf)) || in.gcount() > 0) {
-    auto got = static_cast<size_t>(in.gcount());
-    for (size_t i = 0; i < got; ++i)
+  off_t at = 0;
+  for (;;) {
+    auto got = ::pread(fd, buf, sizeof(buf), at);
+    if (got < 0 && errno == EINTR)
+      continue;
+    if (got <= 0)
+      break;
+    at += got;
+    for (ssize_t i = 0; i < got; ++i)
       n += buf[i] == '\n' ? 1 : 0;
     last = buf[got - 1];
   }

@@ -58,7 +58,8 @@ struct io_request {
 /// Throws usage_error, or std::runtime_error for an I/O failure.
 void open_io(const io_request& opts, batch_io& io);
 
-/// Lines in a file (a last line without newline counts).
-uint64_t count_lines(const std::string& path);
+/// Lines in the regular file open at `fd` (a last line without newline
+/// counts), read by offset: the descriptor's own offset does not move.
+uint64_t count_lines(int fd);
 
 } // namespace sv::grade
