@@ -67,6 +67,8 @@ public:
     if (!fresh)
       return fail("duplicate key \"" + truncate_for_message(k) + "\"" +
                   where(false));
+    if (!count()) // a member costs a node of its own
+      return false;
     top.key = std::move(k);
     return true;
   }
@@ -127,8 +129,20 @@ private:
     return &top.node->back();
   }
 
+  /// Counts one more value (Build only): false past the limit.
+  bool count() {
+    if constexpr (Build) {
+      if (++values_ > limits_.max_values)
+        return fail("more than " + std::to_string(limits_.max_values) +
+                    " values in one document" + where());
+    }
+    return true;
+  }
+
   template <class T>
   bool value(T&& x) {
+    if (!count())
+      return false;
     if constexpr (Build)
       *slot() = std::forward<T>(x);
     advance();
@@ -144,6 +158,8 @@ private:
     if (levels_.size() >= limits_.max_depth)
       return fail("nested deeper than " + std::to_string(limits_.max_depth) +
                   " levels" + where());
+    if (!count())
+      return false;
     level l;
     l.object = object;
     if constexpr (Build) {
@@ -167,6 +183,7 @@ private:
   const json_limits& limits_;
   std::vector<level> levels_;
   std::string error_;
+  size_t values_ = 0;
 };
 
 /// Checks what the SAX parser does not: size and NUL bytes (nlohmann stops

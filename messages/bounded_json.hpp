@@ -19,17 +19,26 @@
 namespace sv {
 
 inline constexpr size_t default_max_json_depth = 256;
+inline constexpr size_t default_max_json_values = 1000000;
 
 struct json_limits {
   /// Deepest nesting of arrays and objects; the top value is depth 1.
   size_t max_depth = default_max_json_depth;
   /// Longest text accepted, in bytes.
   size_t max_bytes = SIZE_MAX;
+  /// Most values (scalars, arrays, objects, object members) a parsed
+  /// document may hold: a DOM costs per value (some 50-100 bytes), not
+  /// per byte of text (`[[],[],...]` is 3 bytes a value), so this bounds
+  /// what `parse_bounded` builds. The validation pass builds nothing and
+  /// does not count.
+  size_t max_values = default_max_json_values;
 };
 
 /// Parses `text` as exactly one JSON value into `out`. Returns an empty
 /// string on success, otherwise what is wrong ("duplicate key \"id\"",
-/// "nested deeper than 256 levels at request.a[0]").
+/// "nested deeper than 256 levels at request.a[0]", "more than 1000000
+/// values in one document at request[999998]"). The DOM is never more
+/// than `max_values` values, even while it is built.
 std::string parse_bounded(std::string_view text, json& out,
                           const json_limits& limits = {});
 

@@ -143,3 +143,25 @@ TEST_CASE("truncate_for_message keeps short text and notes what it cut") {
   CHECK(truncate_for_message("abc", 5) == "abc");
   CHECK(truncate_for_message("abcdefgh", 5) == "abcde... (3 more bytes)");
 }
+
+TEST_CASE("a document of more values than the limit is refused while built") {
+  json_limits limits;
+  limits.max_values = 4;
+  // [[],[],[]]: the array and its three: 4 values.
+  CHECK(parse_error("[[],[],[]]", limits).empty());
+  CHECK(parse_error("[[],[],[],[]]", limits) ==
+        "more than 4 values in one document at [3]");
+  // An object member counts as well as its value.
+  CHECK(parse_error(R"({"a": 1, "b": 2})", limits) ==
+        "more than 4 values in one document at b");
+  // The validation pass builds nothing and does not count.
+  CHECK(check_error("[[],[],[],[],[],[]]", limits).empty());
+  // The default: a million, [[],[],...] of a million and one is refused.
+  std::string many = "[";
+  for (size_t i = 0; i < default_max_json_values; ++i)
+    many += i ? ",0" : "0";
+  many += "]";
+  CHECK(parse_error(many).rfind("more than 1000000 values in one document "
+                                "at [999999]",
+                                0) == 0);
+}

@@ -34,6 +34,7 @@
 #include <spdlog/spdlog.h>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace {
@@ -46,6 +47,7 @@ struct usage_error : std::runtime_error {
 
 struct cli_options {
   std::string listen;
+  std::string metrics_listen;
   std::string provider_config;
   std::string token_file;
   std::string tls_cert;
@@ -53,6 +55,7 @@ struct cli_options {
   std::string log_level = "warn";
   size_t max_body_bytes = size_t{64} << 20;
   size_t max_json_depth = default_max_json_depth;
+  size_t max_json_values = default_max_json_values;
   size_t concurrency = 0;
   size_t max_creating = 16;
   size_t max_queue = 10000;
@@ -60,6 +63,8 @@ struct cli_options {
   double body_timeout_s = 60;
   double drain_timeout_s = 120;
   size_t threads = 2;
+  size_t max_connections = 1024;
+  double sandbox_create_timeout_s = 120;
   serve::sandbox_api_options sandboxes;
   std::string cache;
   std::string compat_config;
@@ -82,7 +87,8 @@ Endpoints:
                          GET /health NeMo-Skills'; GET /v1/languages
                          (docs/compat.md)
   GET /healthz           200 serving, 503 draining
-  GET /metrics           Prometheus text
+  GET /metrics           Prometheus text (with --token-file, the token
+                         too; or token-less on --metrics-listen)
 Errors: 401 (WWW-Authenticate: Bearer), 404, 405 (Allow), 413 over
   --max-body-bytes, 431 header too large, 400 for a body that is not JSON,
   breaks the schema or nests too deep. A client that disconnects cancels its
@@ -103,6 +109,10 @@ std::optional<int> parse_cli(int argc, char** argv, cli_options& opts) {
   app.footer(help_footer);
   app.add_option("--listen", opts.listen, "HOST:PORT (port 0: any free one)")
     ->required();
+  app.add_option("--metrics-listen", opts.metrics_listen,
+                 "HOST:PORT: a second, plain HTTP port serving only /metrics "
+                 "and /healthz without a token (otherwise /metrics needs "
+                 "the token of --token-file)");
   app.add_option("--provider-config", opts.provider_config,
                  "JSON or YAML provider block file (default: {\"local\": {}})");
   app.add_option("--token-file", opts.token_file,
@@ -120,6 +130,12 @@ std::optional<int> parse_cli(int argc, char** argv, cli_options& opts) {
                 "deepest nesting accepted in bodies, results and configs")
     ->capture_default_str()
     ->check(CLI::Range(size_t{1}, size_t{100000}));
+  app
+    .add_option("--max-json-values", opts.max_json_values,
+                "most values (scalars, arrays, objects, members) a JSON "
+                "body may hold: its parsed size is bounded by them")
+    ->capture_default_str()
+    ->check(CLI::Range(size_t{1}, size_t{1} << 40));
   app
     .add_option("--concurrency", opts.concurrency,
                 "verifications at once (default: 2 x hardware threads)")
@@ -169,6 +185,12 @@ std::optional<int> parse_cli(int argc, char** argv, cli_options& opts) {
                 "sandbox API: live sandboxes per token; beyond it 429")
     ->capture_default_str()
     ->check(CLI::Range(size_t{1}, size_t{1000000}));
+  app
+    .add_option("--sandbox-create-timeout-s", opts.sandbox_create_timeout_s,
+                "sandbox API: a create's caller hears 504 after this; a "
+                "sandbox made later is stopped at once")
+    ->capture_default_str()
+    ->check(CLI::Range(0.001, 86400.0));
   app.add_option("--cache", opts.cache,
                  "an SQLite result cache shared with sv-grade and other "
                  "sv-serve processes (README, \"Result cache\")");
@@ -181,6 +203,11 @@ std::optional<int> parse_cli(int argc, char** argv, cli_options& opts) {
   app.add_option("--open-from", opts.open_from,
                  "CIDRs (10.0.0.0/8,...) besides loopback that reach "
                  "--open-routes without a token");
+  app
+    .add_option("--max-connections", opts.max_connections,
+                "connections open at once; more are answered 503 and closed")
+    ->capture_default_str()
+    ->check(CLI::Range(size_t{1}, size_t{10000000}));
   app.add_option("--threads", opts.threads, "Asio threads")
     ->capture_default_str()
     ->check(CLI::Range(size_t{1}, size_t{256}));
@@ -198,12 +225,14 @@ std::optional<int> parse_cli(int argc, char** argv, cli_options& opts) {
   return std::nullopt;
 }
 
-/// Splits HOST:PORT ([v6]:PORT too); checks the loopback rule.
-void parse_listen(const cli_options& opts, serve::server_options& out) {
-  auto colon = opts.listen.rfind(':');
-  if (colon == std::string::npos || colon + 1 == opts.listen.size())
-    throw usage_error("--listen " + opts.listen + ": expected HOST:PORT");
-  auto host = opts.listen.substr(0, colon);
+/// Splits `value` of `option`, HOST:PORT ([v6]:PORT too).
+std::pair<std::string, uint16_t> split_host_port(const std::string& option,
+                                                 const std::string& value,
+                                                 bool& loopback) {
+  auto colon = value.rfind(':');
+  if (colon == std::string::npos || colon + 1 == value.size())
+    throw usage_error(option + " " + value + ": expected HOST:PORT");
+  auto host = value.substr(0, colon);
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
     host = host.substr(1, host.size() - 2);
   if (host == "localhost")
@@ -211,22 +240,37 @@ void parse_listen(const cli_options& opts, serve::server_options& out) {
   unsigned long port = 0;
   try {
     size_t used = 0;
-    port = std::stoul(opts.listen.substr(colon + 1), &used);
-    if (used != opts.listen.size() - colon - 1 || port > 65535)
+    port = std::stoul(value.substr(colon + 1), &used);
+    if (used != value.size() - colon - 1 || port > 65535)
       throw std::invalid_argument("port");
   } catch (const std::exception&) {
-    throw usage_error("--listen " + opts.listen + ": bad port");
+    throw usage_error(option + " " + value + ": bad port");
   }
   boost::system::error_code ec;
   auto addr = boost::asio::ip::make_address(host, ec);
   if (ec)
-    throw usage_error("--listen " + opts.listen + ": " + host +
+    throw usage_error(option + " " + value + ": " + host +
                       " is not an IP address");
-  if (opts.token_file.empty() && !addr.is_loopback())
+  loopback = addr.is_loopback();
+  return {host, static_cast<uint16_t>(port)};
+}
+
+/// --listen (the loopback rule) and --metrics-listen.
+void parse_listen(const cli_options& opts, serve::server_options& out) {
+  bool loopback = false;
+  std::tie(out.host, out.port) =
+    split_host_port("--listen", opts.listen, loopback);
+  if (opts.token_file.empty() && !loopback)
     throw usage_error("--listen " + opts.listen +
                       ": beyond loopback only with --token-file");
-  out.host = host;
-  out.port = static_cast<uint16_t>(port);
+  if (opts.metrics_listen.empty())
+    return;
+  std::tie(out.metrics_host, out.metrics_port) =
+    split_host_port("--metrics-listen", opts.metrics_listen, loopback);
+  if (!loopback)
+    spdlog::warn("--metrics-listen {}: /metrics without a token beyond "
+                 "loopback",
+                 opts.metrics_listen);
 }
 
 /// The provider block of `path`, JSON or YAML (providers/factory.hpp's one
@@ -296,10 +340,12 @@ int run(const cli_options& opts) {
   parse_listen(opts, sopts);
   sopts.max_body_bytes = opts.max_body_bytes;
   sopts.max_json_depth = opts.max_json_depth;
+  sopts.max_json_values = opts.max_json_values;
   sopts.header_timeout = to_ms(opts.header_timeout_s);
   sopts.body_timeout = to_ms(opts.body_timeout_s);
   sopts.drain_timeout = to_ms(opts.drain_timeout_s);
   sopts.threads = opts.threads;
+  sopts.max_connections = opts.max_connections;
   std::unique_ptr<serve::token_set> tokens;
   try {
     tokens = std::make_unique<serve::token_set>(opts.token_file);
@@ -353,6 +399,8 @@ int run(const cli_options& opts) {
   serve::metrics counters;
   auto sbx_opts = opts.sandboxes;
   sbx_opts.max_json_depth = opts.max_json_depth;
+  sbx_opts.max_json_values = opts.max_json_values;
+  sbx_opts.create_timeout = to_ms(opts.sandbox_create_timeout_s);
   sbx_opts.max_body_bytes = opts.max_body_bytes;
   serve::sandbox_api sandboxes{sys, [providers] { return providers->latest(); },
                                sbx_opts, &counters};
@@ -372,6 +420,7 @@ int run(const cli_options& opts) {
   }
   json_limits body_limits = limits;
   body_limits.max_bytes = opts.max_body_bytes;
+  body_limits.max_values = opts.max_json_values;
   serve::compat_routes compat{sys,
                               ctx.supervisor,
                               supervisor,

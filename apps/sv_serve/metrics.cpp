@@ -147,6 +147,19 @@ metrics::render(const std::optional<supervisor_stats>& stats) const {
   gauge(out, "sv_api_sandboxes_reaped_total", "counter",
         "Sandbox API sandboxes stopped by their TTL or idle timeout.",
         api.reaped);
+  gauge(out, "sv_api_sandboxes_unclaimed_total", "counter",
+        "Sandbox API sandboxes stopped as soon as they were made: their "
+        "client had gone away or their create's deadline had passed.",
+        api.unclaimed);
+  gauge(out, "sv_connections_open", "gauge", "HTTP connections open.",
+        conns.open);
+  gauge(out, "sv_connections_refused_total", "counter",
+        "Connections closed at accept: --max-connections were open.",
+        conns.refused);
+  gauge(out, "sv_accept_failures_total", "counter",
+        "Accepts that failed (out of file descriptors...), each followed "
+        "by a 100 ms pause.",
+        conns.accept_pauses);
   out << "# HELP sv_http_requests_total HTTP requests answered, by code.\n"
          "# TYPE sv_http_requests_total counter\n";
   for (auto& [code, n] : http_)

@@ -34,8 +34,17 @@ public:
     std::atomic<uint64_t> live{0};
     std::atomic<uint64_t> created{0}; // creates sent to the provider
     std::atomic<uint64_t> reaped{0};  // stopped by their TTL or idleness
+    /// Stopped when made: their caller was gone or past its deadline.
+    std::atomic<uint64_t> unclaimed{0};
   };
   api_sandboxes api;
+  /// The HTTP server's connections (apps/sv_serve/server.cpp).
+  struct connection_counts {
+    std::atomic<uint64_t> open{0};
+    std::atomic<uint64_t> refused{0};       // over --max-connections
+    std::atomic<uint64_t> accept_pauses{0}; // failed accepts (EMFILE...)
+  };
+  connection_counts conns;
   /// The result cache's hits and misses so far (`--cache`).
   struct cache_counts {
     uint64_t hits = 0;

@@ -27,6 +27,8 @@ struct sandbox_call {
   std::string idempotency_key;
   bool has_idempotency_key = false;
   std::string body;
+  /// Set by `sandbox_api::handle`: what `abandon` names.
+  uint64_t call_id = 0;
 };
 
 struct sandbox_reply {

@@ -38,6 +38,8 @@ using op = sandbox_op;
 struct inbox {
   std::mutex mtx;
   std::deque<std::pair<sandbox_call, sandbox_reply_fn>> calls;
+  std::vector<uint64_t> abandoned; // call ids
+  std::atomic<uint64_t> next_call{1};
   std::promise<void> finished;
   std::atomic<bool> done{false};
 };
@@ -56,6 +58,17 @@ struct api_sandbox {
   std::vector<uint64_t> stop_waiters;
 };
 
+/// A create the provider has not answered yet.
+struct pending_create {
+  clock::time_point deadline; // its caller's
+  uint64_t slot = 0;
+  /// Its (owner, Idempotency-Key), if any.
+  std::optional<std::pair<std::string, std::string>> key;
+  /// Its caller (and its key's joiners) heard 504 at the deadline; a
+  /// sandbox it still makes is stopped at once.
+  bool expired = false;
+};
+
 /// A create in flight (or done) under an idempotency key.
 struct keyed_create {
   std::string fingerprint; // the spec's JSON
@@ -69,10 +82,13 @@ struct api_state {
   sandbox_api_options opts;
   metrics* counters = nullptr;
   std::shared_ptr<inbox> in;
-  /// Reply callbacks by slot: the provider replies' handlers capture only
-  /// the slot, so clearing this map releases every session at once.
+  /// Reply callbacks by slot (the call's id): the provider replies'
+  /// handlers capture only the slot, so clearing this map releases every
+  /// session at once.
   std::unordered_map<uint64_t, sandbox_reply_fn> slots;
-  uint64_t next_slot = 1;
+  /// Creates in flight by their number.
+  std::unordered_map<uint64_t, pending_create> creates;
+  uint64_t next_create = 1;
   std::unordered_map<std::string, api_sandbox> live;
   std::map<std::pair<std::string, std::string>, keyed_create> keys;
   std::unordered_map<std::string, size_t> per_owner; // live + creating
@@ -93,10 +109,13 @@ void publish_live(api_ptr self) {
     self->state.counters->api.live = self->state.live.size();
 }
 
-uint64_t hold(api_ptr self, sandbox_reply_fn fn) {
-  auto slot = self->state.next_slot++;
+uint64_t hold(api_ptr self, uint64_t slot, sandbox_reply_fn fn) {
   self->state.slots.emplace(slot, std::move(fn));
   return slot;
+}
+
+bool waited_for(api_ptr self, uint64_t slot) {
+  return self->state.slots.count(slot) > 0;
 }
 
 void answer(api_ptr self, uint64_t slot, sandbox_reply reply) {
@@ -229,6 +248,22 @@ bool answered_without_create(api_ptr self, const sandbox_call& call,
         return true;
       }
       if (auto i = st.live.find(k->second.id); i != st.live.end()) {
+        if (i->second.stopping) {
+          // Not a sandbox to hand out: say so. Once stopped, the key is
+          // free again and a retry creates a new one.
+          answer(
+            self, slot,
+            json_reply(409, json{{"error",
+                                  {{"code", "sandbox_stopping"},
+                                   {"message",
+                                    "Idempotency-Key " + call.idempotency_key +
+                                      ": its sandbox " + i->first +
+                                      " is being stopped; retry once "
+                                      "it is gone for a new one"},
+                                   {"sandbox_id", i->first},
+                                   {"state", "stopping"}}}}));
+          return true;
+        }
         answer(self, slot, json_reply(200, created_json(i->first, i->second)));
         return true;
       }
@@ -251,12 +286,28 @@ bool answered_without_create(api_ptr self, const sandbox_call& call,
   return false;
 }
 
-/// The provider made the sandbox: it gets its public id, its TTL starts.
-void on_created(api_ptr self, const std::string& owner,
-                const std::optional<owner_key>& key, double ttl,
-                sandbox_handle& h, uint64_t slot) {
+/// Ends create `n`'s bookkeeping; whether its caller already heard 504.
+bool take_create(api_ptr self, uint64_t n) {
   auto& st = self->state;
   --st.creating;
+  auto i = st.creates.find(n);
+  if (i == st.creates.end())
+    return true;
+  auto expired = i->second.expired;
+  st.creates.erase(i);
+  return expired;
+}
+
+/// The provider made the sandbox: it gets its public id, its TTL starts.
+/// Made after its caller's deadline, or with nobody waiting for it (and no
+/// key to fetch it by), it is stopped at once: nobody could ever use it.
+void on_created(api_ptr self, uint64_t n, const std::string& owner,
+                std::optional<owner_key> key, double ttl, sandbox_handle& h,
+                uint64_t slot) {
+  auto& st = self->state;
+  auto expired = take_create(self, n);
+  if (expired)
+    key.reset(); // forgotten at the deadline (maybe taken again since)
   auto id = fresh_sandbox_id();
   api_sandbox sb;
   sb.owner = owner;
@@ -270,24 +321,44 @@ void on_created(api_ptr self, const std::string& owner,
   st.live.emplace(id, std::move(sb));
   publish_live(self);
   keyed_create* kc = nullptr;
+  bool waited = !expired && waited_for(self, slot);
   if (key) {
     kc = &st.keys[*key];
     kc->id = id;
+    for (auto w : kc->waiters)
+      waited = waited || waited_for(self, w);
   }
-  answer_create(self, kc, slot, std::nullopt, created);
+  if (!expired)
+    answer_create(self, kc, slot, std::nullopt, created);
   if (kc)
     kc->waiters.clear();
-  if (st.finishing)
+  if (expired || (!waited && !key)) {
+    spdlog::info("sandbox {} made {}: stopping it", id,
+                 expired ? "after its create's deadline"
+                         : "for a client that went away");
+    if (st.counters)
+      ++st.counters->api.unclaimed;
     stop_sandbox(self, id);
+  } else if (st.finishing) {
+    stop_sandbox(self, id);
+  }
 }
 
-void on_create_failed(api_ptr self, const std::string& owner,
+void on_create_failed(api_ptr self, uint64_t n, const std::string& owner,
                       const std::optional<owner_key>& key,
                       const caf::error& err, uint64_t slot) {
   auto& st = self->state;
-  --st.creating;
+  auto expired = take_create(self, n);
   if (--st.per_owner[owner] == 0)
     st.per_owner.erase(owner);
+  if (expired) {
+    // Its caller heard 504 already; its key was forgotten then.
+    if (err == caf::sec::request_timeout)
+      spdlog::warn("a create got no answer within {} ms after its deadline: "
+                   "a sandbox it made late is the provider's TTL's",
+                   st.opts.call_timeout.count());
+    return maybe_finish(self);
+  }
   std::optional<keyed_create> kc;
   if (key) {
     if (auto k = st.keys.find(*key); k != st.keys.end()) {
@@ -309,7 +380,11 @@ void start_create(api_ptr self, const sandbox_call& call, sandbox_spec spec,
   if (!(spec.ttl_s > 0))
     spec.ttl_s = opts.default_ttl_s;
   spec.ttl_s = std::min(spec.ttl_s, opts.max_ttl_s);
-  auto patience = std::chrono::duration<double>(opts.create_timeout).count();
+  // The provider's patience is ours: up to the end of the late window (a
+  // sandbox made in it is still stopped here).
+  auto patience =
+    std::chrono::duration<double>(opts.create_timeout + opts.call_timeout)
+      .count();
   if (!(spec.create_deadline_s > 0) || spec.create_deadline_s > patience)
     spec.create_deadline_s = patience;
   ++st.per_owner[call.owner];
@@ -323,12 +398,42 @@ void start_create(api_ptr self, const sandbox_call& call, sandbox_spec spec,
     ++st.counters->api.created;
   auto ttl = spec.ttl_s;
   auto owner = call.owner;
+  auto n = st.next_create++;
+  st.creates.emplace(
+    n, pending_create{clock::now() + opts.create_timeout, slot, key, false});
+  // The caller hears 504 at create_timeout (the reaper's tick); the create
+  // is awaited call_timeout longer, so a late sandbox is still stopped.
   self
-    ->request(st.provider(), opts.create_timeout, create_atom::value,
-              std::move(spec))
+    ->request(st.provider(), opts.create_timeout + opts.call_timeout,
+              create_atom::value, std::move(spec))
     .then(
-      [=](sandbox_handle& h) { on_created(self, owner, key, ttl, h, slot); },
-      [=](caf::error& err) { on_create_failed(self, owner, key, err, slot); });
+      [=](sandbox_handle& h) { on_created(self, n, owner, key, ttl, h, slot); },
+      [=](caf::error& err) {
+        on_create_failed(self, n, owner, key, err, slot);
+      });
+}
+
+/// Creates past their caller's deadline: 504 to the caller and its key's
+/// joiners, the key forgotten (a retry creates anew); the create itself is
+/// still awaited.
+void expire_creates(api_ptr self, clock::time_point now) {
+  auto& st = self->state;
+  for (auto& [n, pc] : st.creates) {
+    if (pc.expired || now < pc.deadline)
+      continue;
+    pc.expired = true;
+    auto failure =
+      provider_failure(caf::make_error(caf::sec::request_timeout), "create");
+    answer(self, pc.slot, failure);
+    if (!pc.key)
+      continue;
+    if (auto k = st.keys.find(*pc.key); k != st.keys.end()) {
+      auto waiters = std::move(k->second.waiters);
+      st.keys.erase(k);
+      for (auto w : waiters)
+        answer(self, w, failure);
+    }
+  }
 }
 
 // -- the calls ----------------------------------------------------------------
@@ -336,6 +441,7 @@ void start_create(api_ptr self, const sandbox_call& call, sandbox_spec spec,
 json_limits limits_of(const sandbox_api_options& opts) {
   json_limits l;
   l.max_depth = opts.max_json_depth;
+  l.max_values = opts.max_json_values;
   l.max_bytes = opts.max_body_bytes;
   return l;
 }
@@ -523,6 +629,7 @@ void on_call(api_ptr self, sandbox_call& call, uint64_t slot) {
 void reap(api_ptr self) {
   auto& st = self->state;
   auto now = clock::now();
+  expire_creates(self, now);
   auto idle = std::chrono::duration_cast<clock::duration>(
     std::chrono::duration<double>(st.opts.idle_timeout_s));
   std::vector<std::string> due;
@@ -554,8 +661,13 @@ caf::behavior api_actor(api_ptr self, std::shared_ptr<inbox> in) {
         std::lock_guard<std::mutex> guard{in->mtx};
         calls.swap(in->calls);
       }
+      std::vector<uint64_t> abandoned;
+      {
+        std::lock_guard<std::mutex> guard{in->mtx};
+        abandoned.swap(in->abandoned);
+      }
       for (auto& [call, fn] : calls) {
-        auto slot = hold(self, std::move(fn));
+        auto slot = hold(self, call.call_id, std::move(fn));
         // An exception would kill the owner of every sandbox: answer 500.
         try {
           on_call(self, call, slot);
@@ -565,6 +677,9 @@ caf::behavior api_actor(api_ptr self, std::shared_ptr<inbox> in) {
           answer(self, slot, error_reply(500, "internal", e.what()));
         }
       }
+      // (After the calls: a call is always handed over before its abandon.)
+      for (auto id : abandoned)
+        self->state.slots.erase(id);
     },
     [=](reap_atom) {
       if (self->state.finishing)
@@ -628,8 +743,9 @@ sandbox_api::~sandbox_api() {
     shut_down(std::chrono::seconds{10});
 }
 
-void sandbox_api::handle(sandbox_call call, sandbox_reply_fn done) {
+uint64_t sandbox_api::handle(sandbox_call call, sandbox_reply_fn done) {
   auto& in = *impl_->in;
+  auto id = call.call_id = in.next_call++;
   {
     std::lock_guard<std::mutex> guard{in.mtx};
     if (!in.done) {
@@ -637,8 +753,22 @@ void sandbox_api::handle(sandbox_call call, sandbox_reply_fn done) {
       done = nullptr;
     }
   }
-  if (done)
-    return done(error_reply(503, "draining", "sv-serve is stopping"));
+  if (done) {
+    done(error_reply(503, "draining", "sv-serve is stopping"));
+    return id;
+  }
+  caf::anon_send(impl_->actor, work_atom::value);
+  return id;
+}
+
+void sandbox_api::abandon(uint64_t id) {
+  auto& in = *impl_->in;
+  {
+    std::lock_guard<std::mutex> guard{in.mtx};
+    if (in.done)
+      return;
+    in.abandoned.push_back(id);
+  }
   caf::anon_send(impl_->actor, work_atom::value);
 }
 

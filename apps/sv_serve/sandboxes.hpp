@@ -39,11 +39,15 @@ struct sandbox_api_options {
   std::chrono::milliseconds reap_interval{250};
   /// Deadlines of provider calls; exec adds its own timeout_s to
   /// `exec_grace` (and takes `max_exec_s` when it has none).
+  /// A create's caller hears 504 at `create_timeout`; the create itself
+  /// is awaited `call_timeout` longer, and a sandbox it makes that late is
+  /// stopped at once.
   std::chrono::milliseconds create_timeout = std::chrono::seconds{120};
   std::chrono::milliseconds call_timeout = std::chrono::seconds{60};
   std::chrono::milliseconds exec_grace = std::chrono::seconds{30};
   double max_exec_s = 3600;
   size_t max_json_depth = 256;
+  size_t max_json_values = 1000000;
   size_t max_body_bytes = size_t{64} << 20;
 };
 
@@ -59,8 +63,15 @@ public:
   sandbox_api(const sandbox_api&) = delete;
   sandbox_api& operator=(const sandbox_api&) = delete;
 
-  /// Answers one call (thread-safe, never blocks).
-  void handle(sandbox_call call, sandbox_reply_fn done);
+  /// Answers one call (thread-safe, never blocks); returns its id.
+  uint64_t handle(sandbox_call call, sandbox_reply_fn done);
+
+  /// The client of call `id` is gone: its callback is dropped unanswered
+  /// (thread-safe, never blocks). A create nobody waits for any more is
+  /// still awaited, and its sandbox stopped at once unless it carries an
+  /// Idempotency-Key (a retry with the key gets it; else the idle timeout
+  /// reaps it).
+  void abandon(uint64_t id);
 
   /// Draining: creates are refused (503) from now on.
   void drain();

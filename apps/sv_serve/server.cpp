@@ -22,6 +22,7 @@
 #include <deque>
 #include <functional>
 #include <iostream>
+#include <malloc.h>
 #include <memory>
 #include <optional>
 #include <poll.h>
@@ -52,6 +53,27 @@ struct shared_state {
   /// Set before the server runs (then only read): called, from any thread,
   /// when `busy` drops to 0 while draining, so the drain ends at once.
   std::function<void()> on_idle;
+};
+
+/// One connection (a session or a TLS detector) counted in the open
+/// connections while it lives; moves from the TLS detector to its session.
+class connection_slot {
+public:
+  explicit connection_slot(std::shared_ptr<shared_state> st)
+      : st_(std::move(st)) {
+    ++st_->ctx.counters->conns.open;
+  }
+  connection_slot(connection_slot&&) noexcept = default;
+  connection_slot& operator=(connection_slot&&) = delete;
+  connection_slot(const connection_slot&) = delete;
+  connection_slot& operator=(const connection_slot&) = delete;
+  ~connection_slot() {
+    if (st_)
+      --st_->ctx.counters->conns.open;
+  }
+
+private:
+  std::shared_ptr<shared_state> st_;
 };
 
 enum class route {
@@ -100,7 +122,7 @@ const char* allow_of(route r) {
 
 bool needs_token(route r) {
   return r == route::verify || r == route::verify_batch ||
-         r == route::sandboxes || r == route::compat;
+         r == route::sandboxes || r == route::compat || r == route::metrics;
 }
 
 /// Every error of sv-serve: {"error": {"code": ..., "message": ...}}.
@@ -128,10 +150,14 @@ class session : public std::enable_shared_from_this<session<Stream>> {
 public:
   static constexpr bool tls = !std::is_same_v<Stream, beast::tcp_stream>;
 
+  /// `metrics_only`: a connection of --metrics-listen (/metrics and
+  /// /healthz, no token; everything else 404).
   session(Stream&& stream, beast::flat_buffer&& buffer,
-          std::shared_ptr<shared_state> st)
+          std::shared_ptr<shared_state> st, connection_slot&& slot,
+          bool metrics_only = false)
       : stream_(std::move(stream)), buffer_(std::move(buffer)),
-        st_(std::move(st)) {}
+        st_(std::move(st)), slot_(std::move(slot)),
+        metrics_only_(metrics_only) {}
 
   ~session() { release(); }
 
@@ -161,14 +187,22 @@ private:
       return on_read_error(ec);
     auto& req = parser_->get();
     route_ = route_of(req.target());
+    if (metrics_only_ && route_ != route::metrics && route_ != route::healthz)
+      route_ = route::not_found;
     keep_alive_ = req.keep_alive();
-    // The body is still read (within --max-body-bytes and the body
-    // deadline) before the 401: closing on unread data would reset the
-    // connection and could take the answer with it.
     unauthorized_ =
-      needs_token(route_) && allowed(route_, req.method()) &&
+      !metrics_only_ && needs_token(route_) && allowed(route_, req.method()) &&
       !open_route(req.target()) &&
       !st_->ctx.tokens->accepts(req[http::field::authorization], owner_);
+    // An answer that does not depend on the body (401, 404, 405, /healthz,
+    // /metrics) is given from the header: no body byte is read or kept
+    // (no 100 Continue either). A body left unread ends the connection;
+    // the lingering close drops what the client still sends.
+    if (unauthorized_ || !reads_body()) {
+      if (!parser_->is_done())
+        keep_alive_ = false;
+      return handle();
+    }
     if (beast::iequals(req[http::field::expect], "100-continue")) {
       static const std::string cont = "HTTP/1.1 100 Continue\r\n\r\n";
       net::async_write(
@@ -183,6 +217,19 @@ private:
     read_body();
   }
 
+  /// Whether the current request's answer needs its body.
+  bool reads_body() const {
+    switch (route_) {
+    case route::verify:
+    case route::verify_batch:
+    case route::sandboxes:
+    case route::compat:
+      return allowed(route_, parser_->get().method());
+    default:
+      return false;
+    }
+  }
+
   void read_body() {
     tcp().expires_after(st_->opts.body_timeout);
     http::async_read(
@@ -193,7 +240,18 @@ private:
   void on_read(beast::error_code ec, size_t) {
     if (ec)
       return on_read_error(ec);
+    body_bytes_ = parser_->get().body().size();
     handle();
+  }
+
+  /// After a large body (its text and DOM freed by now, or soon), the
+  /// heap's free pages go back to the system: glibc keeps the small
+  /// blocks of a DOM in its arenas otherwise.
+  void trim_after_large_body() {
+    if (body_bytes_ < large_body_bytes)
+      return;
+    body_bytes_ = 0;
+    ::malloc_trim(0);
   }
 
   void on_read_error(beast::error_code ec) {
@@ -300,12 +358,20 @@ private:
     ++st_->busy;
     holding_busy_ = true;
     auto self = this->shared_from_this();
-    st_->ctx.sandboxes->handle(std::move(call), [self](sandbox_reply r) {
-      net::post(self->stream_.get_executor(),
-                [self, r = std::move(r)]() mutable {
-                  self->on_sandbox_reply(std::move(r));
-                });
-    });
+    sandbox_replied_ = false;
+    auto id =
+      st_->ctx.sandboxes->handle(std::move(call), [self](sandbox_reply r) {
+        net::post(self->stream_.get_executor(),
+                  [self, r = std::move(r)]() mutable {
+                    self->on_sandbox_reply(std::move(r));
+                  });
+      });
+    // A client that goes away meanwhile abandons the call (a create's
+    // sandbox is then stopped once made).
+    if (!sandbox_replied_) {
+      sandbox_call_ = id;
+      watch_peer();
+    }
   }
 
   /// A compatible route declared open needs no token from its networks.
@@ -344,6 +410,10 @@ private:
   }
 
   void on_sandbox_reply(sandbox_reply r) {
+    sandbox_replied_ = true;
+    sandbox_call_ = 0;
+    if (gone_)
+      return;
     std::vector<std::pair<http::field, std::string>> extra;
     for (auto& [name, value] : r.headers)
       extra.emplace_back(http::string_to_field(name), value);
@@ -354,6 +424,7 @@ private:
   json_limits limits() const {
     json_limits l;
     l.max_depth = st_->opts.max_json_depth;
+    l.max_values = st_->opts.max_json_values;
     l.max_bytes = st_->opts.max_body_bytes;
     return l;
   }
@@ -492,7 +563,7 @@ private:
   }
 
   void on_peer_readable(beast::error_code ec) {
-    if (ec || gone_ || outstanding_ == 0)
+    if (ec || gone_ || (outstanding_ == 0 && sandbox_call_ == 0))
       return;
     char c;
     auto n =
@@ -524,6 +595,11 @@ private:
       st_->ctx.counters->cancelled(outstanding_);
       client_ = nullptr;
       outstanding_ = 0;
+    }
+    if (sandbox_call_ != 0 && st_->ctx.sandboxes) {
+      spdlog::info("a client went away during its sandbox call");
+      st_->ctx.sandboxes->abandon(sandbox_call_);
+      sandbox_call_ = 0;
     }
     end_work();
     release();
@@ -565,6 +641,7 @@ private:
   void on_written(beast::error_code ec) {
     if (ec)
       return on_peer_gone();
+    trim_after_large_body();
     release();
     if (!keep_alive_)
       return close();
@@ -610,6 +687,7 @@ private:
   }
 
   void finish_batch() {
+    trim_after_large_body();
     release();
     header_.reset();
     serializer_.reset();
@@ -649,7 +727,12 @@ private:
   Stream stream_;
   beast::flat_buffer buffer_;
   std::shared_ptr<shared_state> st_;
+  connection_slot slot_;
+  bool metrics_only_ = false;
   std::optional<http::request_parser<http::string_body>> parser_;
+  /// The size of the current request's body (`trim_after_large_body`).
+  size_t body_bytes_ = 0;
+  static constexpr size_t large_body_bytes = size_t{1} << 20;
   route route_ = route::not_found;
   bool keep_alive_ = false;
   bool unauthorized_ = false;
@@ -659,6 +742,10 @@ private:
   // The verifications of the current request.
   caf::actor client_;
   size_t outstanding_ = 0;
+  /// The sandbox API call awaiting its answer (0: none), and whether the
+  /// answer came (maybe at once, before `handle` returned).
+  uint64_t sandbox_call_ = 0;
+  bool sandbox_replied_ = false;
   bool batch_ = false;
   bool gone_ = false;
   /// Counted in `busy` until its answer is written.
@@ -678,8 +765,9 @@ private:
 class tls_detector : public std::enable_shared_from_this<tls_detector> {
 public:
   tls_detector(tcp::socket&& socket, ssl::context& ctx,
-               std::shared_ptr<shared_state> st)
-      : stream_(std::move(socket)), ctx_(ctx), st_(std::move(st)) {}
+               std::shared_ptr<shared_state> st, connection_slot&& slot)
+      : stream_(std::move(socket)), ctx_(ctx), st_(std::move(st)),
+        slot_(std::move(slot)) {}
 
   void run() {
     net::dispatch(
@@ -713,7 +801,7 @@ private:
     }
     buffer_.consume(used);
     std::make_shared<session<tls_stream>>(std::move(*tls_), std::move(buffer_),
-                                          st_)
+                                          st_, std::move(slot_))
       ->run();
   }
 
@@ -751,6 +839,7 @@ private:
   beast::tcp_stream stream_;
   ssl::context& ctx_;
   std::shared_ptr<shared_state> st_;
+  connection_slot slot_;
   beast::flat_buffer buffer_;
   std::optional<tls_stream> tls_;
   std::array<char, 4096> discard_;
@@ -758,10 +847,13 @@ private:
 
 class listener : public std::enable_shared_from_this<listener> {
 public:
+  /// `metrics_only`: the --metrics-listen port (plain HTTP).
   listener(net::io_context& ioc, tcp::endpoint ep,
-           std::shared_ptr<shared_state> st, ssl::context* tls)
-      : ioc_(ioc), acceptor_(net::make_strand(ioc)), st_(std::move(st)),
-        tls_(tls) {
+           std::shared_ptr<shared_state> st, ssl::context* tls,
+           bool metrics_only = false)
+      : ioc_(ioc), acceptor_(net::make_strand(ioc)),
+        pause_(acceptor_.get_executor()), st_(std::move(st)), tls_(tls),
+        metrics_only_(metrics_only) {
     acceptor_.open(ep.protocol());
     acceptor_.set_option(net::socket_base::reuse_address(true));
     acceptor_.bind(ep);
@@ -776,6 +868,7 @@ public:
     net::post(acceptor_.get_executor(), [self = shared_from_this()] {
       beast::error_code ignored;
       self->acceptor_.close(ignored);
+      self->pause_.cancel();
     });
   }
 
@@ -789,31 +882,96 @@ private:
   void on_accept(beast::error_code ec, tcp::socket socket) {
     if (ec == net::error::operation_aborted || !acceptor_.is_open())
       return;
-    if (!ec && tls_)
-      std::make_shared<tls_detector>(std::move(socket), *tls_, st_)->run();
-    else if (!ec)
-      std::make_shared<session<beast::tcp_stream>>(
-        beast::tcp_stream{std::move(socket)}, beast::flat_buffer{}, st_)
-        ->run();
-    else
-      spdlog::warn("accept: {}", ec.message());
+    if (ec)
+      return pause(ec);
+    if (failed_ > 0) {
+      spdlog::warn("accepting again after {} failed accepts", failed_);
+      failed_ = 0;
+    }
+    if (st_->ctx.counters->conns.open >= st_->opts.max_connections) {
+      refuse(socket);
+    } else {
+      if (refused_ > 0) {
+        spdlog::info("below --max-connections again ({} refused)", refused_);
+        refused_ = 0;
+      }
+      connection_slot slot{st_};
+      if (tls_)
+        std::make_shared<tls_detector>(std::move(socket), *tls_, st_,
+                                       std::move(slot))
+          ->run();
+      else
+        std::make_shared<session<beast::tcp_stream>>(
+          beast::tcp_stream{std::move(socket)}, beast::flat_buffer{}, st_,
+          std::move(slot), metrics_only_)
+          ->run();
+    }
     do_accept();
+  }
+
+  /// An accept failed (EMFILE, ENFILE, ENOBUFS...): the pending connection
+  /// stays in the backlog and would fail again at once, so the next try
+  /// waits `accept_pause`. One log line per episode.
+  void pause(beast::error_code ec) {
+    if (failed_++ == 0)
+      spdlog::error("accept: {}: retrying every {} ms until it works",
+                    ec.message(), accept_pause.count());
+    ++st_->ctx.counters->conns.accept_pauses;
+    pause_.expires_after(accept_pause);
+    pause_.async_wait([self = shared_from_this()](beast::error_code ec) {
+      if (ec || !self->acceptor_.is_open())
+        return;
+      self->do_accept();
+    });
+  }
+
+  static constexpr std::chrono::milliseconds accept_pause{100};
+
+  /// A connection over --max-connections: a plain port gets a 503 if the
+  /// socket takes it at once (never waiting), then the connection is
+  /// closed; nothing of it is kept. One log line per episode.
+  void refuse(tcp::socket& socket) {
+    if (refused_++ == 0)
+      spdlog::warn("--max-connections {} reached: refusing connections",
+                   st_->opts.max_connections);
+    ++st_->ctx.counters->conns.refused;
+    if (!tls_) {
+      static const std::string body = error_body(
+        "too_many_connections", "too many connections (--max-connections)");
+      static const std::string reply =
+        "HTTP/1.1 503 Service Unavailable\r\nServer: sv-serve\r\n"
+        "Content-Type: application/json\r\nConnection: close\r\n"
+        "Retry-After: 1\r\nContent-Length: " +
+        std::to_string(body.size()) + "\r\n\r\n" + body;
+      [[maybe_unused]] auto n =
+        ::send(socket.native_handle(), reply.data(), reply.size(),
+               MSG_DONTWAIT | MSG_NOSIGNAL);
+    }
+    beast::error_code ignored;
+    socket.shutdown(tcp::socket::shutdown_send, ignored);
+    socket.close(ignored);
   }
 
   net::io_context& ioc_;
   tcp::acceptor acceptor_;
+  net::steady_timer pause_;
   std::shared_ptr<shared_state> st_;
   ssl::context* tls_; // null: plain HTTP
+  bool metrics_only_ = false;
+  /// Accepts failed in a row (`pause`).
+  uint64_t failed_ = 0;
+  /// Connections refused since the last one accepted.
+  uint64_t refused_ = 0;
 };
 
 /// SIGTERM / SIGINT: drain; SIGHUP: re-read the tokens.
 class signal_handler : public std::enable_shared_from_this<signal_handler> {
 public:
   signal_handler(net::io_context& ioc, std::shared_ptr<shared_state> st,
-                 std::shared_ptr<listener> lst)
+                 std::vector<std::shared_ptr<listener>> lst)
       : ioc_(ioc), strand_(net::make_strand(ioc)),
         signals_(strand_, SIGTERM, SIGINT, SIGHUP), timer_(strand_),
-        st_(std::move(st)), listener_(std::move(lst)) {}
+        st_(std::move(st)), listeners_(std::move(lst)) {}
 
   void run() { wait(); }
 
@@ -869,7 +1027,8 @@ private:
                      st_->busy.load());
       drained_ = true;
       timer_.cancel();
-      listener_->stop();
+      for (auto& l : listeners_)
+        l->stop();
       ioc_.stop();
       return;
     }
@@ -890,7 +1049,7 @@ private:
   net::signal_set signals_;
   net::steady_timer timer_;
   std::shared_ptr<shared_state> st_;
-  std::shared_ptr<listener> listener_;
+  std::vector<std::shared_ptr<listener>> listeners_;
   std::chrono::steady_clock::time_point deadline_;
   int received_ = 0;
   bool timer_armed_ = false;
@@ -934,18 +1093,42 @@ int run_server(const server_options& opts, const server_context& ctx) {
     throw std::runtime_error("cannot listen on " + opts.host + ":" +
                              std::to_string(opts.port) + ": " + e.what());
   }
-  auto signals = std::make_shared<signal_handler>(ioc, st, lst);
+  std::shared_ptr<listener> metrics_lst;
+  if (!opts.metrics_host.empty()) {
+    auto maddr = net::ip::make_address(opts.metrics_host, ec);
+    if (ec)
+      throw std::runtime_error("--metrics-listen " + opts.metrics_host + ": " +
+                               ec.message());
+    try {
+      metrics_lst = std::make_shared<listener>(
+        ioc, tcp::endpoint{maddr, opts.metrics_port}, st, nullptr, true);
+    } catch (const boost::system::system_error& e) {
+      throw std::runtime_error("cannot listen on " + opts.metrics_host + ":" +
+                               std::to_string(opts.metrics_port) + ": " +
+                               e.what());
+    }
+  }
+  std::vector<std::shared_ptr<listener>> all{lst};
+  if (metrics_lst)
+    all.push_back(metrics_lst);
+  auto signals = std::make_shared<signal_handler>(ioc, st, all);
   st->on_idle = [weak = std::weak_ptr<signal_handler>{signals}] {
     if (auto handler = weak.lock())
       handler->wake();
   };
   signals->run();
-  lst->run();
-  auto ep = lst->local();
-  auto host = ep.address().is_v6() ? "[" + ep.address().to_string() + "]"
-                                   : ep.address().to_string();
-  if (ctx.announce)
-    ctx.announce("listening on " + host + ":" + std::to_string(ep.port()));
+  for (auto& l : all)
+    l->run();
+  auto where = [](const tcp::endpoint& ep) {
+    auto host = ep.address().is_v6() ? "[" + ep.address().to_string() + "]"
+                                     : ep.address().to_string();
+    return host + ":" + std::to_string(ep.port());
+  };
+  if (ctx.announce) {
+    ctx.announce("listening on " + where(lst->local()));
+    if (metrics_lst)
+      ctx.announce("metrics on " + where(metrics_lst->local()));
+  }
   std::vector<std::thread> threads;
   for (size_t i = 1; i < std::max<size_t>(1, opts.threads); ++i)
     threads.emplace_back([&ioc] { ioc.run(); });

@@ -31,12 +31,22 @@ struct server_options {
   size_t max_body_bytes = size_t{64} << 20;
   size_t max_header_bytes = 16 * 1024;
   size_t max_json_depth = 256;
+  /// Most values a JSON body may hold (its DOM's size; bounded_json.hpp).
+  size_t max_json_values = 1000000;
   /// Deadlines of one request's header and of its body (slowloris).
   std::chrono::milliseconds header_timeout = std::chrono::seconds{10};
   std::chrono::milliseconds body_timeout = std::chrono::seconds{60};
   /// How long SIGTERM waits for the verifications in flight.
   std::chrono::milliseconds drain_timeout = std::chrono::seconds{120};
   size_t threads = 2;
+  /// Connections open at once; more are closed at accept (a plain port
+  /// answers them 503 first).
+  size_t max_connections = 1024;
+  /// --metrics-listen: a second, plain port serving only /metrics and
+  /// /healthz, without a token (empty host: none; /metrics is then behind
+  /// the token like every route but /healthz).
+  std::string metrics_host;
+  uint16_t metrics_port = 0;
   /// PEM files; both set: the port speaks TLS only.
   std::string tls_cert;
   std::string tls_key;

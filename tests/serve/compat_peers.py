@@ -48,6 +48,11 @@ class Server:
         m = re.fullmatch(r"listening on [0-9.]+:(\d+)\n", line)
         check(m is not None, f"no 'listening on' line: {line!r}", self)
         self.port = int(m.group(1))
+        self.token = None
+        if "--token-file" in args:  # /metrics needs its first token
+            with open(args[args.index("--token-file") + 1]) as f:
+                self.token = next(
+                    (line.strip() for line in f if line.strip()), None)
 
     def stderr_tail(self):
         if not self.err.closed:
@@ -71,7 +76,10 @@ class Server:
         return status, hdrs, json.loads(body) if body else None
 
     def metrics(self):
-        status, _, body = self.request("GET", "/metrics")
+        headers = {}
+        if self.token is not None:
+            headers["Authorization"] = "Bearer " + self.token
+        status, _, body = self.request("GET", "/metrics", None, headers)
         check(status == 200, f"/metrics: {status}", self)
         out = {}
         for line in body.decode().splitlines():

@@ -12,6 +12,25 @@ Called as: e2e_hardening.py SV_SERVE MODE
     limit is too low).
   MODE slowloris: clients trickling headers and bodies are cut off at the
     header and body deadlines while others are served.
+  MODE unauthenticated: a request without a token is answered 401 from its
+    header, before any body byte is read (a 64 MiB Content-Length and no
+    body: 401 at once); 50 token-less clients sending 8 MiB bodies leave
+    the server's peak RSS (VmHWM) within 64 MiB of where it was; 404 and
+    /healthz with a body are answered from the header too.
+  MODE cap: --max-connections 8: the 9th connection is answered 503 and
+    closed, counted in sv_connections_refused_total; freed slots serve
+    again.
+  MODE json: a 60 MiB body of `[[],[],...]` (20 million values) to
+    /v1/verify and to the sandbox API is refused 400 naming the limit
+    (--max-json-values), with the server's peak RSS (VmHWM) under 10x the
+    body; a body just under the limit is graded, and the memory goes back
+    (VmRSS after within 64 MiB of before).
+  MODE emfile: sv-serve under RLIMIT_NOFILE 64 and 150 connections held:
+    out of descriptors, the accept loop pauses (one log line, not a spin)
+    and serves again once the connections are closed.
+  MODE metrics: with --token-file, /metrics needs the token; with
+    --metrics-listen, a second port serves /metrics and /healthz without
+    one and nothing else.
   MODE fuzz: a few thousand mutated request lines, headers and bodies, and
     structure-aware JSON bodies of the sandbox API: no crash, no hang, every
     answer well-formed HTTP; the server serves after.
@@ -37,7 +56,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from e2e_serve import (TIMEOUT, Server, check, parse_metrics,  # noqa: E402
-                       submission)
+                       submission, wait_until)
 
 SKIP = 77
 
@@ -319,6 +338,308 @@ def slowloris_mode(binary, tmp, slow=40):
           f"{len(served)} others served meanwhile")
 
 
+# -- unauthenticated ----------------------------------------------------------
+
+def vm_hwm_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmHWM in /proc/PID/status")
+
+
+def read_reply(sock, timeout):
+    """What the server sends until it closes or `timeout` passes;
+    (bytes, closed)."""
+    out = b""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        sock.settimeout(max(0.01, deadline - time.monotonic()))
+        try:
+            chunk = sock.recv(65536)
+        except socket.timeout:
+            return out, False
+        except OSError:
+            return out, True
+        if not chunk:
+            return out, True
+        out += chunk
+    return out, False
+
+
+def unauthenticated_mode(binary, tmp, clients=50, each=8 << 20):
+    tokens = os.path.join(tmp, "tokens")
+    with open(tokens, "w") as f:
+        f.write("the-token\n")
+    config = scripted_config(tmp, "unauth")
+    s = Server(binary, tmp, ["--provider-config", config, "--token-file",
+                             tokens, "--body-timeout-s", "30"], "unauth")
+    big = 64 << 20  # the default --max-body-bytes: a body sv-serve accepts
+    try:
+        # The header alone: the 401 comes without waiting for the body.
+        for extra in (b"", b"Expect: 100-continue\r\n"):
+            sock = socket.create_connection(("127.0.0.1", s.port), TIMEOUT)
+            sock.sendall(b"POST /v1/verify HTTP/1.1\r\nHost: x\r\n" + extra +
+                         b"Content-Length: " + str(big).encode() +
+                         b"\r\n\r\n")
+            reply, closed = read_reply(sock, 3)
+            sock.close()
+            check(status_of(reply) == 401 and b"unauthorized" in reply and
+                  b"100 Continue" not in reply and closed,
+                  f"401 from the header ({extra!r}): {reply[:200]!r} "
+                  f"closed={closed}", s)
+        # So are a 404, a 405 and /healthz with a body.
+        for head, want in ((b"POST /nope", 404), (b"POST /healthz", 405),
+                           (b"GET /healthz", 200)):
+            sock = socket.create_connection(("127.0.0.1", s.port), TIMEOUT)
+            sock.sendall(head + b" HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                         str(big).encode() + b"\r\n\r\n")
+            reply, closed = read_reply(sock, 3)
+            sock.close()
+            check(status_of(reply) == want and closed,
+                  f"{head!r} from the header: {reply[:200]!r}", s)
+        # Authenticated, the body is still read: a 2-byte JSON body is 400.
+        st, _, _ = s.request("POST", "/v1/verify", "{}",
+                             {"Authorization": "Bearer the-token"})
+        check(st == 400, f"authenticated invalid body: {st}", s)
+        # 50 clients pushing bodies without a token: nothing of them kept.
+        before = vm_hwm_kib(s.proc.pid)
+        chunk = b"x" * 65536
+        answers = []
+
+        def push(i):
+            sock = socket.create_connection(("127.0.0.1", s.port), TIMEOUT)
+            try:
+                sock.sendall(b"POST /v1/sandboxes HTTP/1.1\r\nHost: x\r\n"
+                             b"Content-Length: " + str(each).encode() +
+                             b"\r\n\r\n")
+                sent = 0
+                try:
+                    while sent < each:
+                        sent += sock.send(chunk)
+                except OSError:
+                    pass
+                reply, _ = read_reply(sock, 5)
+                answers.append(status_of(reply))
+            finally:
+                sock.close()
+
+        with ThreadPoolExecutor(clients) as pool:
+            list(pool.map(push, range(clients)))
+        after = vm_hwm_kib(s.proc.pid)
+        grown = (after - before) // 1024
+        check(grown < 64, f"peak RSS grew by {grown} MiB for {clients} "
+              f"token-less clients of {each >> 20} MiB each", s)
+        check(s.proc.poll() is None, "sv-serve died", s)
+        st, _, _ = s.request("GET", "/healthz")
+        check(st == 200, "serving after", s)
+        check(s.stop() == 0, "exit status", s)
+    finally:
+        if s.proc.poll() is None:
+            s.stop()
+    print(f"ok: 401 from the header; {clients} token-less clients of "
+          f"{each >> 20} MiB: peak RSS {before // 1024} -> {after // 1024} "
+          f"MiB ({answers.count(401)} saw their 401)")
+
+
+def vm_rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS in /proc/PID/status")
+
+
+def json_mode(binary, tmp, size=60 << 20):
+    config = scripted_config(tmp, "json")
+    s = Server(binary, tmp, ["--provider-config", config], "json")
+    try:
+        st, _, _ = s.request("POST", "/v1/verify", submission("warm"))
+        check(st == 200, f"warm-up: {st}", s)
+        base = vm_hwm_kib(s.proc.pid)
+        empties = size // 3
+        bomb = b"[" + b"[]," * (empties - 1) + b"[]]"
+        head = json.loads(submission("bomb"))
+        del head["request"]
+        prefix = json.dumps(head)[:-1].encode() + b', "request": '
+        body = prefix + bomb + b"}"
+        st, _, raw = s.request("POST", "/v1/verify", body,
+                               {"Content-Type": "application/json"})
+        check(st == 400 and b"more than 1000000 values" in raw,
+              f"/v1/verify of {len(body) >> 20} MiB: {st} {raw[:300]!r}", s)
+        st, _, raw = s.request("POST", "/v1/sandboxes", bomb)
+        check(st == 400 and b"more than 1000000 values" in raw,
+              f"/v1/sandboxes: {st} {raw[:300]!r}", s)
+        peak = vm_hwm_kib(s.proc.pid)
+        grown = (peak - base) * 1024
+        check(grown < 10 * len(body),
+              f"peak RSS grew by {grown >> 20} MiB for a body of "
+              f"{len(body) >> 20} MiB", s)
+        # Just under the limit: graded, and the memory given back.
+        rss_before = vm_rss_kib(s.proc.pid)
+        n = 400000
+        ok_body = prefix + b"[" + b"[]," * (n - 1) + b"[]]}"
+        st, _, raw = s.request("POST", "/v1/verify", ok_body)
+        check(st == 200 and json.loads(raw)["ok"],
+              f"{n} values: {st} {raw[:300]!r}", s)
+        rss_after = vm_rss_kib(s.proc.pid)
+        check(rss_after - rss_before < 64 * 1024,
+              f"RSS {rss_before >> 10} -> {rss_after >> 10} MiB after a "
+              f"graded body of {n} values", s)
+        check(s.stop() == 0, "exit status", s)
+    finally:
+        if s.proc.poll() is None:
+            s.stop()
+    print(f"ok: {len(body) >> 20} MiB of [[],...] refused 400 naming the "
+          f"limit, peak RSS {base >> 10} -> {peak >> 10} MiB; {n} values "
+          f"graded, RSS {rss_before >> 10} -> {rss_after >> 10} MiB after")
+
+
+def emfile_mode(binary, tmp, nofile=64, held_n=150):
+    config = scripted_config(tmp, "emfile")
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, hard))
+    try:
+        s = Server(binary, tmp, ["--provider-config", config,
+                                 "--header-timeout-s", "30"], "emfile")
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+    def accept_lines():
+        return [line for line in s.stderr_tail_all().splitlines()
+                if "accept" in line]
+
+    held = []
+    try:
+        for _ in range(held_n):  # the kernel's backlog takes them all
+            held.append(socket.create_connection(("127.0.0.1", s.port),
+                                                 TIMEOUT))
+        wait_until("the first failed accept", lambda: accept_lines(), 10, s)
+        time.sleep(1)  # a spinning loop would log thousands of lines here
+        lines = accept_lines()
+        check(len(lines) == 1 and "Too many open files" in lines[0],
+              f"{len(lines)} accept lines in 1 s: {lines[:3]}", s)
+        for sock in held:
+            sock.close()
+        held = []
+        wait_until("serving again", lambda: s.request(
+            "GET", "/healthz")[0] == 200, 15, s)
+        m = s.metrics()
+        check(m.get("sv_accept_failures_total", 0) >= 1,
+              "failed accepts not counted", s)
+        check(any("accepting again" in line for line in accept_lines()),
+              "no line for the end of the episode", s)
+        check(s.stop() == 0, "exit status", s)
+    finally:
+        for sock in held:
+            sock.close()
+        if s.proc.poll() is None:
+            s.stop()
+    print(f"ok: out of descriptors with {held_n} connections: "
+          f"{m.get('sv_accept_failures_total'):.0f} paced accept failures, "
+          f"{len(lines)} log line, served again after")
+
+
+def metrics_mode(binary, tmp):
+    tokens = os.path.join(tmp, "tokens")
+    with open(tokens, "w") as f:
+        f.write("the-token\n")
+    config = scripted_config(tmp, "metrics")
+    s = Server(binary, tmp, ["--provider-config", config, "--token-file",
+                             tokens, "--metrics-listen", "127.0.0.1:0"],
+               "metrics")
+    try:
+        # Printed right after `listening on` (maybe already buffered: a
+        # select() would not see it).
+        line = s.proc.stdout.readline()
+        m = re.fullmatch(r"metrics on 127\.0\.0\.1:(\d+)\n", line or "")
+        check(m is not None, f"no 'metrics on' line: {line!r}", s)
+        mport = int(m.group(1))
+        st, hdrs, _ = s.request("GET", "/metrics")
+        check(st == 401 and hdrs.get("WWW-Authenticate") == "Bearer",
+              f"/metrics without a token: {st}", s)
+        st, _, _ = s.request("GET", "/metrics", None,
+                             {"Authorization": "Bearer wrong"})
+        check(st == 401, f"/metrics with a wrong token: {st}", s)
+        s.token = "the-token"
+        check("sv_http_requests_total{code=\"401\"}" in s.metrics(),
+              "/metrics with the token", s)
+        st, _, _ = s.request("GET", "/healthz")
+        check(st == 200, f"/healthz needs no token: {st}", s)
+
+        def on_metrics_port(method, path, body=None):
+            c = http.client.HTTPConnection("127.0.0.1", mport,
+                                           timeout=TIMEOUT)
+            try:
+                c.request(method, path, body=body)
+                r = c.getresponse()
+                return r.status, r.read()
+            finally:
+                c.close()
+
+        st, raw = on_metrics_port("GET", "/metrics")
+        check(st == 200 and "sv_connections_open" in parse_metrics(
+            raw.decode()), f"--metrics-listen /metrics: {st}", s)
+        st, _ = on_metrics_port("GET", "/healthz")
+        check(st == 200, f"--metrics-listen /healthz: {st}", s)
+        for method, path, body in (("POST", "/v1/verify", submission("m")),
+                                   ("POST", "/v1/sandboxes", "{}"),
+                                   ("GET", "/v1/languages", None)):
+            st, _ = on_metrics_port(method, path, body)
+            check(st == 404, f"--metrics-listen {method} {path}: {st}", s)
+        check(s.stop() == 0, "exit status", s)
+    finally:
+        if s.proc.poll() is None:
+            s.stop()
+    print("ok: /metrics behind the token; --metrics-listen serves /metrics "
+          "and /healthz only, token-less")
+
+
+def cap_mode(binary, tmp, cap=8):
+    config = scripted_config(tmp, "cap")
+    s = Server(binary, tmp, ["--provider-config", config, "--max-connections",
+                             str(cap), "--header-timeout-s", "20"], "cap")
+    held = []
+    try:
+        for _ in range(cap):
+            held.append(socket.create_connection(("127.0.0.1", s.port),
+                                                 TIMEOUT))
+        # Accepted in order: the next one is over the cap.
+        sock = socket.create_connection(("127.0.0.1", s.port), TIMEOUT)
+        reply, closed = read_reply(sock, 5)
+        sock.close()
+        check(status_of(reply) == 503 and b"too_many_connections" in reply
+              and closed, f"over the cap: {reply[:200]!r} closed={closed}", s)
+        for sock in held[:2]:
+            sock.close()
+        del held[:2]
+        served = []
+
+        def healthy():
+            try:
+                st, _, _ = s.request("GET", "/healthz")
+            except OSError:
+                return False
+            served.append(st)
+            return st == 200
+        wait_until("a freed slot to serve", healthy, 10, s)
+        m = s.metrics()
+        check(m.get("sv_connections_refused_total", 0) >= 1,
+              f"refusals not counted: {m.get('sv_connections_refused_total')}",
+              s)
+        check(m.get("sv_connections_open", 0) <= cap, "open over the cap", s)
+        for sock in held:
+            sock.close()
+        check(s.stop() == 0, "exit status", s)
+    finally:
+        for sock in held:
+            sock.close()
+        if s.proc.poll() is None:
+            s.stop()
+    print(f"ok: --max-connections {cap}: the next one 503 and closed, "
+          f"served again once slots were freed")
+
+
 # -- fuzz ---------------------------------------------------------------------
 
 SEEDS = [
@@ -483,7 +804,10 @@ def main():
         sys.exit(f"usage: {sys.argv[0]} SV_SERVE MODE")
     binary, mode = sys.argv[1:]
     modes = {"tls": tls_mode, "connections": connections_mode,
-             "slowloris": slowloris_mode, "fuzz": fuzz_mode}
+             "slowloris": slowloris_mode, "fuzz": fuzz_mode,
+             "unauthenticated": unauthenticated_mode, "cap": cap_mode,
+             "json": json_mode, "emfile": emfile_mode,
+             "metrics": metrics_mode}
     if mode not in modes:
         sys.exit(f"unknown mode {mode}")
     with tempfile.TemporaryDirectory(prefix="sv-serve-hard-") as tmp:

@@ -7,6 +7,11 @@ Called as: e2e_sandboxes.py SV_SERVE MODE
     idempotent create (sequential and concurrent: one sandbox made), the
     per-token limit (429), TTL and idle reaping, SIGTERM stopping every
     sandbox (the provider's ledger: nothing left live).
+  MODE lifetime: a create whose client went away is stopped as soon as it
+    is made, one made after --sandbox-create-timeout-s too (its caller had
+    504); an Idempotency-Key replay of a sandbox being stopped is 409
+    `sandbox_stopping` (state "stopping"), a new one once it is gone (the
+    provider's ledger: every sandbox stopped).
 Every wait is bounded.
 """
 
@@ -279,6 +284,92 @@ def api_reaping(binary, tmp):
     print("ok: TTL and idle reaping")
 
 
+def lifetime_unclaimed(binary, tmp):
+    """Creates nobody can claim are stopped when made, not left to idle."""
+    ledger = os.path.join(tmp, "unclaimed.ledger")
+    config = os.path.join(tmp, "unclaimed.json")
+    with open(config, "w") as f:
+        json.dump({"scripted": {"ledger_file": ledger, "steps": {
+            "create": [{"fault": "delay", "delay_ms": 800},
+                       {"fault": "delay", "delay_ms": 2500}]}}}, f)
+    s = Server(binary, tmp, ["--provider-config", config,
+                             "--sandbox-create-timeout-s", "1"], "unclaimed")
+    try:
+        # A client that disconnects during its create.
+        sock = socket.create_connection(("127.0.0.1", s.port), TIMEOUT)
+        sock.sendall(b"POST /v1/sandboxes HTTP/1.1\r\nHost: x\r\n"
+                     b"Content-Length: 2\r\n\r\n{}")
+        wait_until("the create to start", lambda: s.metrics().get(
+            "sv_api_sandbox_creates_total") == 1, timeout=5, server=s)
+        sock.close()
+        wait_until("the abandoned sandbox stopped", lambda: (
+            lambda m: m.get("sv_api_sandboxes_unclaimed_total") == 1
+            and m.get("sv_api_sandboxes_live") == 0)(s.metrics()),
+            timeout=10, server=s)
+        # A create slower than --sandbox-create-timeout-s: 504 at 1 s, its
+        # sandbox stopped when it comes.
+        st, _, raw = call(s, "POST", "/v1/sandboxes", {})
+        check(st == 504, f"slow create: {st} {raw}", s)
+        wait_until("the late sandbox stopped", lambda: (
+            lambda m: m.get("sv_api_sandboxes_unclaimed_total") == 2
+            and m.get("sv_api_sandboxes_live") == 0)(s.metrics()),
+            timeout=10, server=s)
+        # The next create is an ordinary one.
+        st, _, raw = call(s, "POST", "/v1/sandboxes", {})
+        check(st == 201, f"create after: {st} {raw}", s)
+        check(s.stop() == 0, "exit status", s)
+    finally:
+        if s.proc.poll() is None:
+            s.stop()
+    book = ledger_book(ledger)
+    check(book["creates"] == 3 and book["live"] == 0, f"ledger: {book}")
+    print("ok: a create whose client left and one past its deadline: "
+          "stopped when made")
+
+
+def lifetime_replay(binary, tmp):
+    """An Idempotency-Key replay while its sandbox is being stopped."""
+    ledger = os.path.join(tmp, "replay.ledger")
+    config = os.path.join(tmp, "replay.json")
+    with open(config, "w") as f:
+        json.dump({"scripted": {"ledger_file": ledger, "steps": {
+            "stop": [{"fault": "delay", "delay_ms": 1500}]}}}, f)
+    s = Server(binary, tmp, ["--provider-config", config], "replay")
+    try:
+        st, _, raw = call(s, "POST", "/v1/sandboxes", {"ttl_s": 60},
+                          key="k-1")
+        check(st == 201, f"create: {st} {raw}", s)
+        first = js(raw)["sandbox_id"]
+        deleted = []
+        t = threading.Thread(target=lambda: deleted.append(
+            call(s, "DELETE", "/v1/sandboxes/" + first)[0]))
+        t.start()
+        # Being stopped: its other routes are 404 already.
+        wait_until("the stop to start", lambda: call(
+            s, "GET", "/v1/sandboxes/" + first)[0] == 404, timeout=5,
+            server=s)
+        st, _, raw = call(s, "POST", "/v1/sandboxes", {"ttl_s": 60},
+                          key="k-1")
+        err = js(raw)["error"]
+        check(st == 409 and err["code"] == "sandbox_stopping" and
+              err["state"] == "stopping" and err["sandbox_id"] == first,
+              f"replay while stopping: {st} {raw}", s)
+        t.join(TIMEOUT)
+        check(deleted == [204], f"delete: {deleted}", s)
+        st, _, raw = call(s, "POST", "/v1/sandboxes", {"ttl_s": 60},
+                          key="k-1")
+        check(st == 201 and js(raw)["sandbox_id"] != first,
+              f"the key after the stop: {st} {raw}", s)
+        check(s.stop() == 0, "exit status", s)
+    finally:
+        if s.proc.poll() is None:
+            s.stop()
+    book = ledger_book(ledger)
+    check(book["creates"] == 2 and book["live"] == 0, f"ledger: {book}")
+    print("ok: a replay of a stopping sandbox is 409 sandbox_stopping; "
+          "a new one after")
+
+
 def main():
     if len(sys.argv) != 3:
         sys.exit(f"usage: {sys.argv[0]} SV_SERVE MODE")
@@ -288,6 +379,9 @@ def main():
             api_routes(binary, tmp)
             api_idempotent(binary, tmp)
             api_reaping(binary, tmp)
+        elif mode == "lifetime":
+            lifetime_unclaimed(binary, tmp)
+            lifetime_replay(binary, tmp)
         else:
             sys.exit(f"unknown mode {mode}")
 

@@ -47,10 +47,17 @@ class Server:
         m = re.fullmatch(r"listening on 127\.0\.0\.1:(\d+)\n", line or "")
         check(m is not None, f"no 'listening on' line: {line!r}", self)
         self.port = int(m.group(1))
+        # The token /metrics is asked with (servers with --token-file).
+        self.token = first_token(args)
 
     def _read_line(self, timeout):
         ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
         return self.proc.stdout.readline() if ready else None
+
+    def stderr_tail_all(self):
+        self.err.flush()
+        with open(self.err_path, errors="replace") as f:
+            return f.read()
 
     def stderr_tail(self):
         self.err.flush()
@@ -71,7 +78,10 @@ class Server:
             c.close()
 
     def metrics(self):
-        status, _, body = self.request("GET", "/metrics")
+        headers = {}
+        if self.token is not None:
+            headers["Authorization"] = "Bearer " + self.token
+        status, _, body = self.request("GET", "/metrics", None, headers)
         check(status == 200, f"/metrics: {status}", self)
         return parse_metrics(body.decode())
 
@@ -86,6 +96,16 @@ class Server:
             raise AssertionError(f"sv-serve did not stop within {timeout} s")
         finally:
             self.err.close()
+
+
+def first_token(args):
+    """The first token of a --token-file in `args` (None without one):
+    what /metrics is asked with."""
+    if "--token-file" not in args:
+        return None
+    with open(args[args.index("--token-file") + 1]) as f:
+        tokens = [line.strip() for line in f if line.strip()]
+    return tokens[0] if tokens else None
 
 
 SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$')
