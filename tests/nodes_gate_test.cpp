@@ -4,6 +4,7 @@
 
 #include "providers/nodes/transport/frame_check.hpp"
 
+#include <caf/atom.hpp>
 #include <caf/binary_serializer.hpp>
 #include <caf/node_id.hpp>
 #include <catch2/catch.hpp>
@@ -100,11 +101,17 @@ TEST_CASE("gate: a server handshake of version 3 without payload, or of "
 
 TEST_CASE("gate: a header announcing 4 GiB is refused on its 32 bytes",
           "[nodes][gate]") {
+  peer small{false};
+  small.check = frame_check{false, small.me, frame_limits{1000, 64}};
+  small.hello();
+  CHECK_FALSE(small.feed(header(2, 0, 1001, 0, 0, 7)));
+  CHECK(small.check.refusal() == "direct_message announcing 1001 payload "
+                                 "bytes (max_frame_bytes 1000)");
   peer p{false};
   p.hello();
   CHECK_FALSE(p.feed(header(2, 0, 0xffffffffu, 0, 0, 7)));
   CHECK(p.check.refusal() == "direct_message announcing 4294967295 payload "
-                             "bytes (max_payload 16777216)");
+                             "bytes (max_frame_bytes 83886080)");
 }
 
 TEST_CASE("gate: routed messages, forwarding stacks, monitor messages for "
@@ -192,4 +199,26 @@ TEST_CASE("gate: messages nested beyond max_nesting are refused",
   std::vector<char> cfg{0};
   message_header(cfg, "@<>+@config_value");
   CHECK(message_nesting(cfg.data(), cfg.size()) == UINT32_MAX);
+}
+
+TEST_CASE("gate: a named receiver is only CAF's hello to the spawn server",
+          "[nodes][gate]") {
+  auto named = [](caf::atom_value receiver, const std::string& tname) {
+    std::vector<char> msg{0};
+    message_header(msg, tname);
+    msg.resize(msg.size() + 24, 'x');
+    return frame(2, 1, 0, 5, static_cast<uint64_t>(receiver), msg);
+  };
+  peer p{false};
+  p.hello();
+  CHECK(p.feed(named(caf::atom("SpawnServ"), "@<>+@atom+@atom+@str")));
+  CHECK_FALSE(
+    p.feed(named(caf::atom("SpawnServ"), "@<>+@atom+@str+@message+@strset")));
+  CHECK(p.check.refusal().rfind("direct_message to named actor SpawnServ", 0) ==
+        0);
+  peer q{false};
+  q.hello();
+  CHECK_FALSE(q.feed(named(caf::atom("ConfigServ"), "@<>+@atom+@atom+@str")));
+  CHECK(q.check.refusal().rfind("direct_message to named actor ConfigServ",
+                                0) == 0);
 }

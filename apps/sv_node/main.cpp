@@ -46,6 +46,7 @@ struct cli_options {
   std::string provider_config;
   uint32_t capacity = 0;
   uint64_t max_upload_bytes = 64ull << 20;
+  uint32_t max_frame_bytes = 0;
   tls_files tls;
   bool insecure = false;
   std::string log_level = "warn";
@@ -94,6 +95,11 @@ std::optional<int> parse_cli(int argc, char** argv, cli_options& opts) {
     .add_option("--max-upload-bytes", opts.max_upload_bytes,
                 "largest upload (paths and contents) accepted")
     ->capture_default_str();
+  app
+    .add_option("--max-frame-bytes", opts.max_frame_bytes,
+                "largest BASP frame accepted from a front (default: "
+                "--max-upload-bytes + 16 MiB, at least 80 MiB)")
+    ->check(CLI::Range(uint32_t{1} << 20, uint32_t{1} << 30));
   auto* cert =
     app.add_option("--tls-cert", opts.tls.cert, "PEM certificate of this node");
   auto* key =
@@ -190,7 +196,17 @@ int run(const cli_options& opts, const sigset_t& signals) {
   register_protocol(cfg);
   install_scheduler(cfg);
   try {
-    configure_middleman(cfg, opts.tls, opts.insecure, node_role);
+    auto frame = opts.max_frame_bytes;
+    if (frame == 0)
+      frame = static_cast<uint32_t>(std::min<uint64_t>(
+        uint64_t{1} << 30,
+        std::max<uint64_t>(transport::default_max_payload,
+                           opts.max_upload_bytes + (16u << 20))));
+    if (frame < opts.max_upload_bytes)
+      throw usage_error("--max-frame-bytes " + std::to_string(frame) +
+                        " is below --max-upload-bytes " +
+                        std::to_string(opts.max_upload_bytes));
+    configure_middleman(cfg, opts.tls, opts.insecure, node_role, frame);
   } catch (const std::runtime_error& e) {
     throw usage_error(e.what());
   }

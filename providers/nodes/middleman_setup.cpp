@@ -20,7 +20,8 @@ std::string tls_missing_hint(const std::string& role) {
 }
 
 void configure_middleman(caf::actor_system_config& cfg, const tls_files& tls,
-                         bool insecure, const std::string& role) {
+                         bool insecure, const std::string& role,
+                         uint32_t max_frame_bytes) {
   using std::chrono::milliseconds;
   if (tls.enabled() && insecure)
     throw std::runtime_error("TLS files and insecure exclude each other");
@@ -37,6 +38,8 @@ void configure_middleman(caf::actor_system_config& cfg, const tls_files& tls,
   gs.tls = tls;
   gs.insecure = insecure;
   gs.role = role;
+  if (max_frame_bytes > 0)
+    gs.limits.max_payload = max_frame_bytes;
   transport::load_gate(cfg, gs);
   if (insecure)
     spdlog::warn("insecure: BASP in plaintext, without certificates: any "

@@ -6,6 +6,7 @@
 // (transport/basp_gate.hpp): mutual TLS with identities from certificates,
 // frame checks, CAF itself on no TCP port.
 
+#include <cstdint>
 #include <string>
 
 namespace caf {
@@ -33,7 +34,10 @@ std::string tls_missing_hint(const std::string& role);
 /// `role` ("sv-node" or "sv-front"): TLS with `tls`, or plaintext when
 /// `insecure` (logged as a warning). Throws std::runtime_error when neither
 /// or both are given or a TLS file is unusable.
+/// `max_frame_bytes` bounds one BASP frame from a peer (0: the default,
+/// 80 MiB).
 void configure_middleman(caf::actor_system_config& cfg, const tls_files& tls,
-                         bool insecure, const std::string& role);
+                         bool insecure, const std::string& role,
+                         uint32_t max_frame_bytes = 0);
 
 } // namespace sv

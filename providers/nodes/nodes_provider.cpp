@@ -770,6 +770,11 @@ nodes_settings parse_nodes_settings(const json& j) {
         throw json_error(k, "expected a positive number of seconds");
       (k == "connect_timeout_s" ? out.connect_timeout_s : out.queue_timeout_s) =
         v.get<double>();
+    } else if (k == "max_frame_bytes") {
+      if (!v.is_number_unsigned() || v.get<uint64_t>() < (1u << 20) ||
+          v.get<uint64_t>() > (1u << 30))
+        throw json_error(k, "expected bytes 1048576..1073741824");
+      out.max_frame_bytes = v.get<uint32_t>();
     } else if (k == "max_queue") {
       if (!v.is_number_unsigned() || v.get<uint64_t>() == 0)
         throw json_error(k, "expected a positive integer");
@@ -788,6 +793,7 @@ nodes_settings parse_nodes_settings(const json& j) {
       throw json_error(k, "unknown setting (known: endpoints, tls, "
                           "listen, insecure, join_wait_s, "
                           "connect_timeout_s, queue_timeout_s, max_queue, "
+                          "max_frame_bytes, "
                           "retry_infra, retry_budget_ratio, "
                           "retry_budget_burst)");
     }
@@ -828,7 +834,8 @@ provider_actor spawn_nodes_provider(caf::actor_system& sys,
 
 void configure_front(caf::actor_system_config& cfg,
                      const nodes_settings& settings) {
-  configure_middleman(cfg, settings.tls, settings.insecure, front_role);
+  configure_middleman(cfg, settings.tls, settings.insecure, front_role,
+                      settings.max_frame_bytes);
 }
 
 json nodes_stats(caf::actor_system& sys, const provider_actor& provider) {

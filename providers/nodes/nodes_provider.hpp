@@ -34,6 +34,9 @@ struct nodes_settings {
   /// has no endpoints of its own (or none reachable).
   double join_wait_s = 30;
   tls_files tls;
+  /// Bytes of one BASP frame from a node at most (0: the gate's default,
+  /// 80 MiB); above a node's download bound.
+  uint32_t max_frame_bytes = 0;
   /// Seconds a connection attempt (and a heartbeat) may take.
   double connect_timeout_s = 3;
   /// Seconds a create waits for a node with free capacity.

@@ -163,7 +163,7 @@ bool frame_check::feed(const char* data, size_t n, std::vector<char>& out) {
       return refuse("unknown BASP operation " + std::to_string(hdr[0]));
     if (len > limits_.max_payload)
       return refuse(op_name(hdr[0]) + " announcing " + std::to_string(len) +
-                    " payload bytes (max_payload " +
+                    " payload bytes (max_frame_bytes " +
                     std::to_string(limits_.max_payload) + ")");
     if ((hdr[0] == server_handshake || hdr[0] == client_handshake) && len == 0)
       return refuse(op_name(hdr[0]) + " without payload");

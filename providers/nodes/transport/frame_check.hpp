@@ -20,8 +20,10 @@ namespace sv::transport {
 inline constexpr size_t basp_header_size = 32;
 /// The BASP version CAF 0.17.6 speaks (basp/version.hpp).
 inline constexpr uint64_t basp_version = 3;
-/// Default bound of one frame's payload.
-inline constexpr uint32_t default_max_payload = 16u << 20;
+/// Default bound of one frame's payload (max_frame_bytes): a node's
+/// default upload bound (64 MiB) and a local provider's default download
+/// bound (16 MiB) fit, with room for the rest of the message.
+inline constexpr uint32_t default_max_payload = 80u << 20;
 /// Default bound of caf::message headers chained in one payload.
 inline constexpr uint32_t default_max_nesting = 64;
 
