@@ -9,7 +9,16 @@
 #include "providers/factory.hpp"
 #include "providers/nodes/node_protocol.hpp"
 #include "providers/nodes/nodes_provider.hpp"
+#include "providers/nodes/peer_identity.hpp"
+#include "providers/scripted.hpp"
 
+#include <algorithm>
+#include <caf/actor_proxy.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/mailbox_element.hpp>
+#include <caf/make_actor.hpp>
+#include <caf/scheduled_actor.hpp>
+#include <caf/send.hpp>
 #include <catch2/catch.hpp>
 #include <map>
 
@@ -273,4 +282,379 @@ TEST_CASE_METHOD(
   CHECK(table[1]["endpoint"] == "j");
   CHECK(table[1]["up"] == true);
   CHECK(table[1]["losses"] == 1);
+}
+
+// -- trust at the node and the front (issue 19) -------------------------------
+
+namespace {
+
+/// What a stand-in of a remote actor received (the senders, in order).
+struct stand_in_log {
+  std::vector<caf::strong_actor_ptr> senders;
+};
+
+/// An actor "on another node": a proxy with a node id of its own whose
+/// messages go to a local target (the test's client). Killing it is the
+/// loss of its connection (the node's monitor fires).
+class remote_stand_in : public caf::actor_proxy {
+public:
+  remote_stand_in(caf::actor_config& cfg, caf::actor target,
+                  std::shared_ptr<stand_in_log> log)
+      : caf::actor_proxy(cfg), target_(std::move(target)),
+        log_(std::move(log)) {
+    // nop
+  }
+
+  void enqueue(caf::mailbox_element_ptr what,
+               caf::execution_unit* ctx) override {
+    log_->senders.push_back(what->sender);
+    target_->enqueue(std::move(what), ctx);
+  }
+
+  void kill_proxy(caf::execution_unit* ctx, caf::error reason) override {
+    cleanup(std::move(reason), ctx);
+  }
+
+private:
+  caf::actor target_;
+  std::shared_ptr<stand_in_log> log_;
+};
+
+struct trust_fixture : nodes_fixture {
+  std::vector<caf::node_id> bound;
+  std::shared_ptr<scripted_world> world = std::make_shared<scripted_world>();
+  provider_actor inner;
+  node_actor node;
+
+  ~trust_fixture() {
+    for (auto& id : bound)
+      peer_registry::unbind(id);
+  }
+
+  /// A front on a node of its own (`pid` makes its node id), bound to
+  /// `name` unless empty.
+  caf::actor front(uint32_t pid, const std::string& name,
+                   std::shared_ptr<stand_in_log> log = nullptr) {
+    caf::node_id::default_data::host_id_type host;
+    host.fill(static_cast<uint8_t>(pid));
+    auto nid = caf::make_node_id(pid, host);
+    if (!name.empty()) {
+      REQUIRE(peer_registry::bind(nid, peer_identity{name, front_role}));
+      bound.push_back(nid);
+    }
+    caf::actor_config cfg;
+    auto ptr = caf::make_actor<remote_stand_in, caf::strong_actor_ptr>(
+      42, nid, &sys, cfg, caf::actor_cast<caf::actor>(client),
+      log ? log : std::make_shared<stand_in_log>());
+    return caf::actor_cast<caf::actor>(ptr);
+  }
+
+  /// One node actor over a scripted provider of `steps`.
+  void start_node(json steps = json::object(), node_limits limits = {}) {
+    auto script = parse_scripted_script(json{{"steps", std::move(steps)}});
+    inner = keep(spawn_scripted_provider(sys, script, world));
+    node = keep(spawn_node_actor(sys, inner, limits));
+  }
+
+  std::tuple<uint32_t, uint32_t> info() {
+    client->send(node, node_info_atom::value);
+    run();
+    std::optional<std::tuple<uint32_t, uint32_t>> out;
+    client->receive(
+      [&](uint32_t cap, uint32_t in_use) {
+        out = std::make_tuple(cap, in_use);
+      },
+      caf::after(std::chrono::seconds(0)) >> [] {});
+    REQUIRE(out);
+    return *out;
+  }
+
+  static void check_no_such(const std::optional<caf::error>& err) {
+    REQUIRE(err);
+    CHECK(provider_error_code(*err) ==
+          static_cast<uint8_t>(provider_errc::no_such_sandbox));
+  }
+};
+
+/// Kills a stand-in front (its connection is lost).
+void lose_front(const caf::actor& front) {
+  auto ptr = caf::actor_cast<caf::strong_actor_ptr>(front);
+  static_cast<caf::actor_proxy*>(ptr->get())
+    ->kill_proxy(nullptr, caf::exit_reason::remote_link_unreachable);
+}
+
+} // namespace
+
+TEST_CASE_METHOD(trust_fixture,
+                 "a node answers calls on a sandbox only from the front that "
+                 "created it, by an id of its own (issue 19 items 1, 6)",
+                 "[nodes][trust]") {
+  start_node();
+  auto log_a = std::make_shared<stand_in_log>();
+  auto a = front(7001, "front-a", log_a);
+  auto b = front(7002, "front-b");
+  caf::send_as(a, node, create_atom::value, spec);
+  run();
+  auto hdl = take<sandbox_handle>();
+  REQUIRE(hdl);
+  // The node's own id: random, not the inner provider's; the reply came
+  // from the node itself (never the inner provider's actor).
+  CHECK(hdl->sandbox_id.rfind("sbx-", 0) == 0);
+  CHECK(hdl->sandbox_id.size() == 36);
+  CHECK_FALSE(world->is_known(hdl->sandbox_id));
+  REQUIRE(log_a->senders.size() == 1);
+  CHECK(log_a->senders[0] == caf::actor_cast<caf::strong_actor_ptr>(node));
+  // Front B, authenticated, names A's sandbox: no such sandbox, for every
+  // call; the sandbox is untouched.
+  exec_request req;
+  req.argv = {"true"};
+  caf::send_as(b, node, exec_atom::value, *hdl, req);
+  run();
+  check_no_such(take<caf::error>());
+  caf::send_as(b, node, upload_atom::value, *hdl, std::string{"d"},
+               file_map{{"result.json", "{}"}});
+  run();
+  check_no_such(take<caf::error>());
+  caf::send_as(b, node, download_atom::value, *hdl,
+               std::string{"request.json"});
+  run();
+  check_no_such(take<caf::error>());
+  caf::send_as(b, node, status_atom::value, *hdl);
+  run();
+  check_no_such(take<caf::error>());
+  caf::send_as(b, node, stop_atom::value, *hdl);
+  run();
+  check_no_such(take<caf::error>());
+  CHECK(world->calls(scripted_op::exec) == 0);
+  CHECK(world->calls(scripted_op::upload) == 0);
+  CHECK(world->stops() == 0);
+  // A node id no connection is bound to is nobody: refused.
+  auto nobody = front(7003, "");
+  caf::send_as(nobody, node, exec_atom::value, *hdl, req);
+  run();
+  check_no_such(take<caf::error>());
+  caf::send_as(nobody, node, create_atom::value, spec);
+  run();
+  auto err = take<caf::error>();
+  REQUIRE(err);
+  CHECK(describe(*err).find("not an authenticated front") != std::string::npos);
+  // A create without a sender is refused, nothing is created.
+  caf::anon_send(node, create_atom::value, spec);
+  run();
+  CHECK(world->creates() == 1);
+  CHECK(std::get<1>(info()) == 1);
+  // The owner's calls work; its stop frees the slot.
+  caf::send_as(a, node, exec_atom::value, *hdl, req);
+  run();
+  CHECK(take<exec_result>());
+  caf::send_as(a, node, stop_atom::value, *hdl);
+  run();
+  CHECK(take<ok_atom>());
+  CHECK(world->stopped() == 1);
+  CHECK(std::get<1>(info()) == 0);
+}
+
+TEST_CASE_METHOD(trust_fixture,
+                 "a node is drained only by its own process, and its max TTL "
+                 "bounds every sandbox (issue 19 item 6)",
+                 "[nodes][trust]") {
+  node_limits limits;
+  limits.capacity = 2;
+  limits.max_ttl = std::chrono::seconds{10};
+  start_node(json::object(), limits);
+  auto a = front(7011, "front-a");
+  caf::send_as(a, caf::actor_cast<node_drainer_actor>(node), drain_atom::value,
+               caf::timespan{std::chrono::seconds{1}});
+  run();
+  CHECK(take<caf::error>());
+  CHECK(std::get<0>(info()) == 2); // still admitting
+  spec.ttl_s = 0;                  // "never": the node's max TTL instead
+  caf::send_as(a, node, create_atom::value, spec);
+  run();
+  auto hdl = take<sandbox_handle>();
+  REQUIRE(hdl);
+  run_for(std::chrono::seconds{10} - std::chrono::nanoseconds{1});
+  CHECK(world->stopped() == 0);
+  run_for(std::chrono::nanoseconds{1});
+  CHECK(world->stopped() == 1);
+  CHECK(std::get<1>(info()) == 0);
+  caf::send_as(a, node, status_atom::value, *hdl);
+  run();
+  check_no_such(take<caf::error>());
+  // The node's own drain works.
+  client->send(caf::actor_cast<node_drainer_actor>(node), drain_atom::value,
+               caf::timespan{std::chrono::seconds{1}});
+  run();
+  CHECK(take<uint32_t>() == std::optional<uint32_t>{0});
+  CHECK(std::get<0>(info()) == 0);
+}
+
+TEST_CASE_METHOD(trust_fixture,
+                 "a front lost during a create: the late sandbox is stopped "
+                 "and its slot freed (issue 19 item 7)",
+                 "[nodes][trust]") {
+  node_limits limits;
+  limits.capacity = 1;
+  start_node(json{{"create", json::array({json{{"fault", "delay"},
+                                               {"delay_ms", 1000}}})}},
+             limits);
+  auto a = front(7021, "front-a");
+  caf::send_as(a, node, create_atom::value, spec);
+  run();
+  CHECK(std::get<1>(info()) == 1);
+  lose_front(a);
+  run();
+  run_for(std::chrono::seconds{1});
+  CHECK(world->creates() == 1);
+  CHECK(world->stopped() == 1);
+  CHECK(std::get<1>(info()) == 0);
+  // So the node's drain does not wait for it.
+  client->send(caf::actor_cast<node_drainer_actor>(node), drain_atom::value,
+               caf::timespan{std::chrono::seconds{60}});
+  run();
+  CHECK(take<uint32_t>() == std::optional<uint32_t>{0});
+}
+
+TEST_CASE_METHOD(trust_fixture,
+                 "a front lost with sandboxes: the node stops them all",
+                 "[nodes][trust]") {
+  start_node();
+  auto a = front(7031, "front-a");
+  auto b = front(7032, "front-b");
+  for (auto& f : {a, a, b})
+    caf::send_as(f, node, create_atom::value, spec);
+  run();
+  CHECK(std::get<1>(info()) == 3);
+  lose_front(a);
+  run();
+  CHECK(world->stopped() == 2);
+  CHECK(std::get<1>(info()) == 1);
+}
+
+TEST_CASE_METHOD(nodes_fixture,
+                 "the nodes provider ignores a reconnect naming a node it "
+                 "does not have (issue 19 item 4)",
+                 "[nodes][trust]") {
+  using reconnect_atom = caf::atom_constant<caf::atom("nreconn")>;
+  start(1, 1);
+  auto p = caf::actor_cast<caf::actor>(provider);
+  client->send(p, reconnect_atom::value, size_t{1} << 40, uint64_t{0});
+  client->send(p, reconnect_atom::value, size_t{1}, uint64_t{0});
+  run();
+  CHECK(create().state == "n0:1");
+}
+
+TEST_CASE_METHOD(trust_fixture,
+                 "the nodes provider answers only its own process (issue 19 "
+                 "item 4)",
+                 "[nodes][trust]") {
+  start(1, 1);
+  auto a = front(7041, "node-a");
+  caf::send_as(a, provider, create_atom::value, spec);
+  run();
+  auto err = take<caf::error>();
+  REQUIRE(err);
+  CHECK(describe(*err).find("only from this process") != std::string::npos);
+  CHECK(create().state == "n0:1");
+}
+
+namespace {
+
+/// Runs every job but those of `frozen` (a node stopped by SIGSTOP whose
+/// connection stays open), firing the timeouts due within `d`.
+void run_frozen(test::deterministic_fixture& t, const caf::actor& frozen,
+                caf::timespan d) {
+  auto* held = dynamic_cast<caf::resumable*>(
+    caf::actor_cast<caf::abstract_actor*>(frozen));
+  auto run_others = [&] {
+    for (;;) {
+      auto& jobs = t.sched.jobs;
+      auto i = std::find_if(jobs.begin(), jobs.end(),
+                            [&](caf::resumable* r) { return r != held; });
+      if (i == jobs.end())
+        return;
+      std::rotate(jobs.begin(), i, std::next(i));
+      t.sched.run_once();
+    }
+  };
+  auto step = std::chrono::milliseconds{100};
+  for (caf::timespan done{0}; done < d; done += step) {
+    run_others();
+    t.sched.advance_time(step);
+    run_others();
+  }
+}
+
+} // namespace
+
+TEST_CASE_METHOD(nodes_fixture,
+                 "a node lost to a missed heartbeat whose connection stays "
+                 "open is used again once back (issue 19 item 8)",
+                 "[nodes][trust]") {
+  start(1, 1);
+  auto a = create();
+  auto node = caf::actor_cast<caf::actor>(nodes[0]);
+  // Frozen: its heartbeat goes unanswered; the front loses it.
+  run_frozen(*this, node, std::chrono::seconds{5});
+  client->send(caf::actor_cast<caf::actor>(provider), nodes_stats_atom::value);
+  run_frozen(*this, node, std::chrono::milliseconds{100});
+  auto text = take<std::string>();
+  REQUIRE(text);
+  CHECK(json::parse(*text)[0]["up"] == false);
+  // The supervisor's stop of the lost sandbox is answered, and reaches the
+  // node once it is back.
+  client->send(provider, stop_atom::value, a);
+  run_frozen(*this, node, std::chrono::milliseconds{100});
+  CHECK(take<ok_atom>());
+  // Back (SIGCONT): reconnected, the sandbox stopped there, the slot used
+  // again.
+  run_for(std::chrono::seconds{5});
+  client->send(nodes[0], node_info_atom::value);
+  run();
+  std::optional<uint32_t> in_use;
+  client->receive([&](uint32_t, uint32_t n) { in_use = n; },
+                  caf::after(std::chrono::seconds(0)) >> [] {});
+  CHECK(in_use == std::optional<uint32_t>{0});
+  client->send(provider, create_atom::value, spec);
+  run();
+  auto again = take<sandbox_handle>();
+  REQUIRE(again);
+  CHECK(again->state == "n0:1");
+}
+
+TEST_CASE_METHOD(nodes_fixture,
+                 "a forged create reply is dropped: the create is placed "
+                 "again (issue 19 item 5)",
+                 "[nodes][trust]") {
+  start(1, 2);
+  client->send(provider, create_atom::value, spec);
+  // The front asked the node; before the node answers, someone else
+  // answers with the same (sequential) message id.
+  auto* node = dynamic_cast<caf::scheduled_actor*>(
+    caf::actor_cast<caf::abstract_actor*>(nodes[0]));
+  auto* held = static_cast<caf::resumable*>(node);
+  for (;;) {
+    auto& jobs = sched.jobs;
+    auto i = std::find_if(jobs.begin(), jobs.end(),
+                          [&](caf::resumable* r) { return r != held; });
+    if (i == jobs.end())
+      break;
+    std::rotate(jobs.begin(), i, std::next(i));
+    sched.run_once();
+  }
+  auto* asked = node->mailbox().peek();
+  REQUIRE(asked != nullptr);
+  REQUIRE(asked->content().match_elements<create_atom, sandbox_spec>());
+  auto forger = keep(sys.spawn(
+    [](caf::event_based_actor*) -> caf::behavior { return {[](int) {}}; }));
+  caf::actor_cast<caf::abstract_actor*>(provider)->enqueue(
+    caf::make_mailbox_element(caf::actor_cast<caf::strong_actor_ptr>(forger),
+                              asked->mid.response_id(), {},
+                              sandbox_handle{"forged", "x", ""}),
+    nullptr);
+  run_for(std::chrono::seconds{2}); // its next heartbeat: room again
+  auto hdl = take<sandbox_handle>();
+  REQUIRE(hdl);
+  CHECK(hdl->sandbox_id.find("forged") == std::string::npos);
+  CHECK(hdl->state == "n0:1");
 }

@@ -495,6 +495,14 @@ int run(cli_options opts, terminal_bar& bar) {
   memory.start_kib = proc_status_kib("VmRSS:");
   auto backend = start_backend(block, opts.provider_config, config_file);
   auto provider = backend->spawn(sys);
+  if (nodes) {
+    // Every node unreachable at start is a configuration error (issue 19
+    // item 25), not a batch of masked lines.
+    if (auto why = nodes_unreachable(sys, provider, *nodes); !why.empty()) {
+      caf::anon_send_exit(provider, caf::exit_reason::user_shutdown);
+      throw usage_error(why);
+    }
+  }
   if (opts.concurrency == 0) // as many as the first nodes to join run
     opts.concurrency =
       std::max<size_t>(1, nodes_capacity_up(sys, provider, nodes->join_wait_s));

@@ -51,6 +51,7 @@ struct cli_options {
   bool insecure = false;
   std::string log_level = "warn";
   double drain_timeout_s = 600;
+  double max_ttl_s = 3600;
 };
 
 constexpr const char* help_footer = R"(
@@ -111,6 +112,12 @@ std::optional<int> parse_cli(int argc, char** argv, cli_options& opts) {
   ca->needs(cert);
   app.add_flag("--insecure", opts.insecure,
                "plaintext BASP without certificates (no authentication)");
+  app
+    .add_option("--max-ttl", opts.max_ttl_s,
+                "seconds a sandbox lives at most (a front's ttl_s of 0 or "
+                "more becomes this)")
+    ->capture_default_str()
+    ->check(CLI::Range(1.0, 30.0 * 86400));
   app
     .add_option("--drain-timeout-s,--drain-timeout", opts.drain_timeout_s,
                 "seconds a drain waits for sandboxes in use")
@@ -192,6 +199,8 @@ int run(const cli_options& opts, const sigset_t& signals) {
                       ? opts.capacity
                       : std::max(1u, 2 * std::thread::hardware_concurrency());
   limits.max_upload_bytes = opts.max_upload_bytes;
+  limits.max_ttl = std::chrono::duration_cast<caf::timespan>(
+    std::chrono::duration<double>{opts.max_ttl_s});
   caf::actor_system_config cfg;
   register_protocol(cfg);
   install_scheduler(cfg);

@@ -1,7 +1,8 @@
 #pragma once
 
 // What an sv-node publishes on CAF's middleman: the provider interface plus
-// a question about its capacity and an order to drain. Both sides register
+// a question about its capacity (a drain comes only from the node's own
+// process, node_drainer_actor). Both sides register
 // the protocol types under the same names (messages/registry.cpp), so a
 // front's `remote_actor<node_actor>` matches the published interface.
 
@@ -9,6 +10,7 @@
 
 #include <caf/atom.hpp>
 #include <caf/timespan.hpp>
+#include <chrono>
 #include <cstdint>
 
 namespace sv {
@@ -23,9 +25,7 @@ using join_atom = caf::atom_constant<caf::atom("join")>;
 using node_actor = provider_actor::extend<
   // Capacity (0 while draining) and sandboxes in use (created or being
   // created, not stopped).
-  caf::replies_to<node_info_atom>::with<uint32_t, uint32_t>,
-  // No new sandboxes from now on; replies with the sandboxes still in use.
-  caf::replies_to<drain_atom>::with<uint32_t>>;
+  caf::replies_to<node_info_atom>::with<uint32_t, uint32_t>>;
 
 /// How a node admits work.
 struct node_limits {
@@ -33,12 +33,16 @@ struct node_limits {
   uint32_t capacity = 4;
   /// Bytes of one upload (paths and contents); beyond: invalid_argument.
   uint64_t max_upload_bytes = 64ull << 20;
+  /// The longest a sandbox lives: the node stops it then, whatever its
+  /// front asked (a `ttl_s` of 0 or above this becomes this).
+  caf::timespan max_ttl = std::chrono::hours{1};
 };
 
-/// What a node actor answers besides (not published: reach it with an
-/// actor_cast): `(drain, wait)` drains the node like `drain` and is
-/// answered with the sandboxes still in use as soon as none is, once
-/// `wait` passed, or when the node actor exits.
+/// What a node actor answers besides (not published, and refused from any
+/// other process: only sv-node's own signal handling drains it):
+/// `(drain, wait)` stops admitting sandboxes and is answered with the
+/// sandboxes still in use as soon as none is, once `wait` passed, or when
+/// the node actor exits.
 using node_drainer_actor =
   caf::typed_actor<caf::replies_to<drain_atom, caf::timespan>::with<uint32_t>>;
 
@@ -50,8 +54,12 @@ uint32_t drain_node(caf::actor_system& sys, const node_actor& node,
                     caf::timespan wait);
 
 /// The node-side actor in front of `inner`: enforces the capacity, bounds
-/// uploads, remembers which front created which sandbox and, when a front
-/// is lost, stops every sandbox that front created. Not linked to `inner`.
+/// uploads and lifetimes, names each sandbox by an id of its own (random;
+/// `inner` and its ids never leave the node), answers calls on a sandbox
+/// only from the front that created it (its peer identity,
+/// peer_identity.hpp, and actor; anyone else hears `no_such_sandbox`) and,
+/// when a front is lost, stops every sandbox that front created or was
+/// creating. Not linked to `inner`.
 node_actor spawn_node_actor(caf::actor_system& sys, provider_actor inner,
                             node_limits limits);
 

@@ -19,6 +19,7 @@
 #include <caf/scoped_actor.hpp>
 #include <caf/stateful_actor.hpp>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <deque>
 #include <functional>
@@ -57,6 +58,13 @@ caf::timespan seconds_span(double s) {
   return duration_cast<caf::timespan>(std::chrono::duration<double>{s});
 }
 
+/// A caller's seconds as a span: NaN and negatives are 0, at most a day.
+caf::timespan bounded_seconds(double s) {
+  if (!std::isfinite(s) || s <= 0)
+    return caf::timespan{0};
+  return seconds_span(std::min(s, 86400.0));
+}
+
 bool split_endpoint(const std::string& text, std::string& host,
                     uint16_t& port) {
   auto colon = text.rfind(':');
@@ -75,6 +83,42 @@ bool split_endpoint(const std::string& text, std::string& host,
 
 using fail_fn = std::function<void(const caf::error&)>;
 
+/// True when the current message comes from `asked` (CONTRACTS.md 6: CAF
+/// 0.17 matches a response to its request by message id only, and ids are
+/// sequential, so anyone could answer in its place).
+template <class Self, class Handle>
+bool from_asked(Self* self, const Handle& asked) {
+  auto& sender = self->current_sender();
+  return sender && asked && sender->node() == asked.node() &&
+         sender->id() == asked.id();
+}
+
+/// An error answering a request comes from the asked actor, or from this
+/// process when nobody sends it (a timeout, an unreachable receiver).
+template <class Self, class Handle>
+bool error_from_asked(Self* self, const Handle& asked) {
+  return !self->current_sender() || from_asked(self, asked);
+}
+
+/// A message of this process (a timer, sv-grade, the supervisor); a remote
+/// peer's or an anonymous one's is not.
+template <class Self>
+bool from_own_process(Self* self) {
+  auto& sender = self->current_sender();
+  return sender && sender->node() == self->node();
+}
+
+/// What a reply from someone else than the actor asked becomes: the call
+/// fails (the real reply, if any, is dropped by CAF with its handler).
+caf::error forged_reply(const std::string& endpoint) {
+  spdlog::warn("dropped a reply to a call on node {} that did not come from "
+               "it",
+               endpoint);
+  return make_error(provider_errc::unavailable,
+                    "a reply to a call on node " + endpoint +
+                      " did not come from it (dropped)");
+}
+
 struct node_slot {
   std::string endpoint;
   std::string host;
@@ -83,7 +127,14 @@ struct node_slot {
   bool up = false;
   bool connecting = false;
   uint32_t capacity = 0;
+  /// Our sandboxes there (created, being created, being stopped).
   uint32_t in_use = 0;
+  /// Slots the node reported in use beyond ours at its last report (other
+  /// fronts'); placement counts them.
+  uint32_t foreign = 0;
+  /// Our sandboxes there when it was lost (front id -> the node's handle):
+  /// stopped when it is back (issue 19 item 8), whatever we answered.
+  std::map<std::string, sandbox_handle> orphans;
   uint64_t gen = 0;
   caf::timespan backoff = first_backoff;
   uint64_t losses = 0;
@@ -101,6 +152,11 @@ struct node_slot {
   std::vector<double> lifetimes_ms;
   std::map<uint64_t, fail_fn> pending;
 };
+
+/// Slots of `n` in use, ours and other fronts'.
+uint64_t busy(const node_slot& n) {
+  return uint64_t{n.in_use} + n.foreign;
+}
 
 struct placed_sandbox {
   size_t node = 0;
@@ -138,6 +194,17 @@ struct nodes_state {
     return total;
   }
 
+  /// A front that does not accept joins, whose every node failed its
+  /// connection at least once and none is up: nothing to wait for.
+  bool all_unreachable() const {
+    if (!settings.listen.empty() || nodes.empty())
+      return false;
+    for (auto& n : nodes)
+      if (n.up || n.last_error.empty())
+        return false;
+    return true;
+  }
+
   nodes_state() = default;
   nodes_state(const nodes_state&) = delete;
   nodes_state& operator=(const nodes_state&) = delete;
@@ -156,7 +223,7 @@ void answer_capacity_waiters(self_ptr self) {
   auto& st = self->state;
   if (st.capacity_waiters.empty())
     return;
-  if (auto total = st.capacity_up(); total > 0)
+  if (auto total = st.capacity_up(); total > 0 || st.all_unreachable())
     st.capacity_waiters.answer_all(total);
 }
 
@@ -172,7 +239,7 @@ void dispatch(self_ptr self) {
   while (!st.queue.empty()) {
     bool free = false;
     for (auto& n : st.nodes)
-      free = free || (n.up && n.in_use < n.capacity);
+      free = free || (n.up && busy(n) < n.capacity);
     if (!free)
       return;
     auto q = std::move(st.queue.front());
@@ -196,6 +263,7 @@ void lose(self_ptr self, size_t idx, const std::string& why) {
   spdlog::warn("node {} lost: {}", node.endpoint, why);
   node.up = false;
   node.in_use = 0;
+  node.foreign = 0;
   ++node.gen;
   ++node.losses;
   if (node.hdl)
@@ -203,6 +271,7 @@ void lose(self_ptr self, size_t idx, const std::string& why) {
   for (auto i = st.sandboxes.begin(); i != st.sandboxes.end();) {
     if (i->second.node == idx) {
       st.lost.insert(i->first);
+      node.orphans.emplace(i->first, i->second.inner);
       i = st.sandboxes.erase(i);
     } else {
       ++i;
@@ -217,6 +286,40 @@ void lose(self_ptr self, size_t idx, const std::string& why) {
     fail(err);
   if (!node.joined) // a joined node comes back by joining again
     schedule_reconnect(self, idx);
+}
+
+/// The node is back: stop what we had there when it was lost (the node
+/// kept it: its front, we, lives on). Their slots count as ours until
+/// their stops end.
+void stop_orphans(self_ptr self, size_t idx) {
+  auto& node = self->state.nodes[idx];
+  if (node.orphans.empty())
+    return;
+  auto orphans = std::move(node.orphans);
+  node.orphans.clear();
+  spdlog::info("node {} is back: stopping the {} sandboxes left there when "
+               "it was lost",
+               node.endpoint, orphans.size());
+  auto gen = node.gen;
+  auto asked = node.hdl;
+  for (auto& [id, inner] : orphans) {
+    ++node.in_use;
+    auto done = [=](bool keep) {
+      auto& node = self->state.nodes[idx];
+      if (node.gen != gen) {
+        // Lost again before it answered: stop it when it is back.
+        if (keep)
+          node.orphans.emplace(id, inner);
+        return;
+      }
+      if (node.in_use > 0)
+        --node.in_use;
+      dispatch(self);
+    };
+    self->request(node.hdl, call_timeout, stop_atom::value, inner)
+      .then([=](ok_atom) { done(!from_asked(self, asked)); },
+            [=](caf::error&) { done(true); });
+  }
 }
 
 void connect(self_ptr self, size_t idx) {
@@ -237,6 +340,7 @@ void connect(self_ptr self, size_t idx) {
     node.last_error = why;
     if (!node.joined)
       schedule_reconnect(self, idx);
+    answer_capacity_waiters(self);
   };
   auto tls = self->state.settings.tls.enabled();
   auto render = [=](const caf::error& err) {
@@ -245,12 +349,21 @@ void connect(self_ptr self, size_t idx) {
       return "TLS handshake refused (is each side's certificate signed by "
              "the other's CA?): " +
              text;
+    if (!tls && err == caf::sec::disconnect_during_handshake)
+      return "the connection was cut during the handshake (TLS mismatch "
+             "suspected: does the node use TLS? then give the front "
+             "\"tls\" too): " +
+             text;
     return text;
   };
   auto on_node = [=](node_actor hdl) {
     self->request(hdl, timeout, node_info_atom::value)
       .then(
-        [=](uint32_t capacity, uint32_t) {
+        [=](uint32_t capacity, uint32_t in_use) {
+          if (!from_asked(self, hdl)) {
+            fail(describe(forged_reply(self->state.nodes[idx].endpoint)));
+            return;
+          }
           auto& node = self->state.nodes[idx];
           node.connecting = false;
           if (node.gen != gen || node.up)
@@ -259,6 +372,9 @@ void connect(self_ptr self, size_t idx) {
           node.up = true;
           node.capacity = capacity;
           node.in_use = 0;
+          stop_orphans(self, idx);
+          // What it runs beyond our orphans is other fronts'.
+          node.foreign = in_use > node.in_use ? in_use - node.in_use : 0;
           node.backoff = first_backoff;
           node.last_error.clear();
           self->monitor(hdl);
@@ -266,7 +382,12 @@ void connect(self_ptr self, size_t idx) {
           dispatch(self);
           answer_capacity_waiters(self);
         },
-        [=](caf::error& err) { fail(render(err)); });
+        [=](caf::error& err) {
+          if (!error_from_asked(self, hdl))
+            fail(describe(forged_reply(self->state.nodes[idx].endpoint)));
+          else
+            fail(render(err));
+        });
   };
   if (node.injected || node.joined) {
     on_node(node.hdl);
@@ -278,6 +399,10 @@ void connect(self_ptr self, size_t idx) {
     .then(
       [=](caf::node_id&, caf::strong_actor_ptr& ptr,
           std::set<std::string>& ifs) {
+        if (!from_own_process(self)) {
+          fail("a connect reply did not come from the middleman (dropped)");
+          return;
+        }
         if (!ptr) {
           fail("no actor published there");
           return;
@@ -341,12 +466,12 @@ void place(self_ptr self, sandbox_spec spec,
   for (int pass = 0; pass < 2 && best == nullptr; ++pass) {
     for (size_t i = 0; i < st.nodes.size(); ++i) {
       auto& n = st.nodes[i];
-      if (!n.up || n.in_use >= n.capacity ||
+      if (!n.up || busy(n) >= n.capacity ||
           (pass == 0 && avoided.count(n.endpoint) > 0))
         continue;
       // Least loaded by the fraction of its capacity in use.
-      if (best == nullptr || uint64_t{n.in_use} * best->capacity <
-                               uint64_t{best->in_use} * n.capacity) {
+      if (best == nullptr ||
+          busy(n) * best->capacity < busy(*best) * n.capacity) {
         best = &n;
         idx = i;
       }
@@ -377,11 +502,39 @@ void place(self_ptr self, sandbox_spec spec,
     else
       rp.deliver(err);
   };
+  auto asked = node.hdl;
+  auto on_error = std::make_shared<std::function<void(caf::error)>>();
+  *on_error = [=](caf::error err) mutable {
+    auto& node = self->state.nodes[idx];
+    if (node.pending.erase(id) == 0)
+      return;
+    if (node.in_use > 0)
+      --node.in_use;
+    ++node.create_failures;
+    if (retry_elsewhere(err) && node.up) {
+      // Draining or full for other fronts: no more creates there until
+      // its next heartbeat says how many it admits.
+      node.capacity =
+        static_cast<uint32_t>(std::min<uint64_t>(busy(node), node.capacity));
+    }
+    if (retry_elsewhere(err) && tries + 1 < limit) {
+      spdlog::debug("create on {} failed ({}): placing it elsewhere",
+                    node.endpoint, describe(err));
+      place(self, std::move(spec), rp, tries + 1);
+    } else {
+      rp.deliver(std::move(err));
+    }
+    dispatch(self);
+  };
   self->request(node.hdl, create_timeout, create_atom::value, spec)
     .then(
       [=](sandbox_handle& inner) mutable {
         auto& st = self->state;
         auto& node = st.nodes[idx];
+        if (!from_asked(self, asked)) {
+          (*on_error)(forged_reply(node.endpoint));
+          return;
+        }
         if (node.pending.erase(id) == 0)
           return; // failed already: the node was lost
         sandbox_handle out;
@@ -393,26 +546,11 @@ void place(self_ptr self, sandbox_spec spec,
           placed_sandbox{idx, std::move(inner), self->clock().now()};
         rp.deliver(std::move(out));
       },
-      [=](caf::error& err) mutable {
-        auto& node = self->state.nodes[idx];
-        if (node.pending.erase(id) == 0)
-          return;
-        if (node.in_use > 0)
-          --node.in_use;
-        ++node.create_failures;
-        if (retry_elsewhere(err) && node.up) {
-          // Draining or full for other fronts: no more creates there until
-          // its next heartbeat says how many it admits.
-          node.capacity = node.in_use;
-        }
-        if (retry_elsewhere(err) && tries + 1 < limit) {
-          spdlog::debug("create on {} failed ({}): placing it elsewhere",
-                        node.endpoint, describe(err));
-          place(self, std::move(spec), rp, tries + 1);
-        } else {
-          rp.deliver(std::move(err));
-        }
-        dispatch(self);
+      [=](caf::error& err) {
+        if (!error_from_asked(self, asked))
+          (*on_error)(forged_reply(self->state.nodes[idx].endpoint));
+        else
+          (*on_error)(std::move(err));
       });
 }
 
@@ -442,9 +580,22 @@ caf::result<R> forward(self_ptr self, const sandbox_handle& hdl,
   auto id = ++st.next_call;
   node.pending[id] = [rp](const caf::error& err) mutable { rp.deliver(err); };
   auto front_id = hdl.sandbox_id;
+  auto asked = node.hdl;
+  auto on_error = [=](caf::error err) mutable {
+    if (self->state.nodes[idx].pending.erase(id) == 0)
+      return;
+    ++self->state.nodes[idx].call_failures;
+    if (is_stop)
+      release(self, front_id);
+    rp.deliver(std::move(err));
+  };
   self->request(node.hdl, timeout, atom, i->second.inner, std::move(xs)...)
     .then(
       [=](R& r) mutable {
+        if (!from_asked(self, asked)) {
+          on_error(forged_reply(self->state.nodes[idx].endpoint));
+          return;
+        }
         if (self->state.nodes[idx].pending.erase(id) == 0)
           return;
         if (is_stop)
@@ -452,12 +603,10 @@ caf::result<R> forward(self_ptr self, const sandbox_handle& hdl,
         rp.deliver(std::move(r));
       },
       [=](caf::error& err) mutable {
-        if (self->state.nodes[idx].pending.erase(id) == 0)
-          return;
-        ++self->state.nodes[idx].call_failures;
-        if (is_stop)
-          release(self, front_id);
-        rp.deliver(std::move(err));
+        if (!error_from_asked(self, asked))
+          on_error(forged_reply(self->state.nodes[idx].endpoint));
+        else
+          on_error(std::move(err));
       });
   return rp;
 }
@@ -484,19 +633,35 @@ void tick(self_ptr self) {
     if (!node.up)
       continue;
     auto gen = node.gen;
+    auto asked = node.hdl;
     self->request(node.hdl, timeout, node_info_atom::value)
       .then(
-        [=](uint32_t capacity, uint32_t) {
+        [=](uint32_t capacity, uint32_t in_use) {
           auto& node = self->state.nodes[idx];
-          if (node.gen == gen && node.up && capacity != node.capacity) {
+          if (!from_asked(self, asked)) {
+            if (node.gen == gen && node.up)
+              lose(self, idx, describe(forged_reply(node.endpoint)));
+            return;
+          }
+          if (node.gen != gen || !node.up)
+            return;
+          // The node never counts more of ours than we do (it counts a
+          // create when it arrives, frees a slot before its stop answers).
+          auto foreign = in_use > node.in_use ? in_use - node.in_use : 0;
+          if (capacity != node.capacity || foreign != node.foreign) {
             node.capacity = capacity;
+            node.foreign = foreign;
             dispatch(self);
             answer_capacity_waiters(self);
           }
         },
         [=](caf::error& err) {
           auto& node = self->state.nodes[idx];
-          if (node.gen == gen && node.up)
+          if (node.gen != gen || !node.up)
+            return;
+          if (!error_from_asked(self, asked))
+            lose(self, idx, describe(forged_reply(node.endpoint)));
+          else
             lose(self, idx, "missed heartbeat: " + self->system().render(err));
         });
   }
@@ -522,6 +687,7 @@ std::string stats_text(self_ptr self) {
                        {"call_failures", n.call_failures},
                        {"failed_by_node_loss", n.failed_by_loss},
                        {"losses", n.losses},
+                       {"last_error", n.up ? std::string{} : n.last_error},
                        {"sandbox_ms_p50", percentile(n.lifetimes_ms, 0.5)},
                        {"sandbox_ms_p99", percentile(n.lifetimes_ms, 0.99)}});
   return out.dump();
@@ -565,7 +731,8 @@ caf::result<ok_atom> on_join(self_ptr self, const std::string& name,
 caf::behavior registrar(caf::event_based_actor* self, caf::actor provider) {
   self->set_default_handler(log_and_drop_unexpected);
   return {
-    [=](join_atom a, std::string& name, caf::actor& node) {
+    [=](join_atom a, std::string& name,
+        caf::actor& node) -> caf::result<ok_atom> {
       // The joiner is who its connection proved (the BASP gate bound its
       // node id): an sv-node certificate, whose CN is the name it joins
       // under, offering a node actor of its own process.
@@ -573,20 +740,22 @@ caf::behavior registrar(caf::event_based_actor* self, caf::actor provider) {
       auto who = sender ? peer_registry::find(sender->node()) : std::nullopt;
       auto refuse = [&](const std::string& why) {
         spdlog::warn("join refused: {}", why);
-        self->make_response_promise().deliver(
-          make_error(provider_errc::invalid_argument, why));
+        return make_error(provider_errc::invalid_argument, why);
       };
-      if (!who || who->role != node_role) {
-        refuse("only a connected sv-node joins");
-        return;
-      }
-      if (!node || node->node() != sender->node()) {
-        refuse("node " + who->name + " offered another process's actor");
-        return;
-      }
+      if (!who || who->role != node_role)
+        return refuse("only a connected sv-node joins");
+      if (!node || node->node() != sender->node())
+        return refuse("node " + who->name + " offered another process's actor");
       if (who->name.rfind("insecure/", 0) != 0)
         name = who->name;
-      self->delegate(provider, a, std::move(name), std::move(node));
+      // Asked, not delegated: the provider answers only this process.
+      auto rp = self->make_response_promise<ok_atom>();
+      self
+        ->request(provider, std::chrono::seconds{30}, a, std::move(name),
+                  std::move(node))
+        .then([=](ok_atom) mutable { rp.deliver(ok_atom::value); },
+              [=](caf::error& err) mutable { rp.deliver(std::move(err)); });
+      return rp;
     },
   };
 }
@@ -644,45 +813,87 @@ caf::behavior nodes_provider(self_ptr self, nodes_settings settings,
   if (!st.settings.listen.empty())
     start_listening(self);
   self->delayed_send(self, tick_interval, tick_atom::value);
+  // Every handler answers only this process: the provider's address
+  // crosses the wire as the sender of its calls, so a node (or anyone on
+  // its connection) can name it (issue 19 item 4).
+  auto refused = [=](const char* what) {
+    spdlog::warn("refused {} from another process", what);
+    return make_error(provider_errc::unavailable,
+                      std::string{"refused: "} + what +
+                        " comes only from this process");
+  };
   return {
     [=](create_atom, sandbox_spec& spec) -> caf::result<sandbox_handle> {
+      if (!from_own_process(self))
+        return refused("a create");
       auto rp = self->make_response_promise<sandbox_handle>();
       place(self, std::move(spec), rp, 0);
       return rp;
     },
-    [=](status_atom a, sandbox_handle& hdl) {
+    [=](status_atom a, sandbox_handle& hdl) -> caf::result<sandbox_status> {
+      if (!from_own_process(self))
+        return refused("a status");
       return forward<sandbox_status>(self, hdl, call_timeout, a);
     },
-    [=](upload_atom a, sandbox_handle& hdl, std::string& dir, file_map& files) {
+    [=](upload_atom a, sandbox_handle& hdl, std::string& dir,
+        file_map& files) -> caf::result<ok_atom> {
+      if (!from_own_process(self))
+        return refused("an upload");
       return forward<ok_atom>(self, hdl, call_timeout, a, std::move(dir),
                               std::move(files));
     },
-    [=](exec_atom a, sandbox_handle& hdl, exec_request& req) {
-      auto t = call_timeout + seconds_span(req.timeout_s);
+    [=](exec_atom a, sandbox_handle& hdl,
+        exec_request& req) -> caf::result<exec_result> {
+      if (!from_own_process(self))
+        return refused("an exec");
+      auto t = call_timeout + bounded_seconds(req.timeout_s);
       return forward<exec_result>(self, hdl, t, a, std::move(req));
     },
-    [=](download_atom a, sandbox_handle& hdl, std::string& path) {
+    [=](download_atom a, sandbox_handle& hdl,
+        std::string& path) -> caf::result<std::string> {
+      if (!from_own_process(self))
+        return refused("a download");
       return forward<std::string>(self, hdl, call_timeout, a, std::move(path));
     },
-    [=](stop_atom a, sandbox_handle& hdl) {
+    [=](stop_atom a, sandbox_handle& hdl) -> caf::result<ok_atom> {
+      // Anonymous stops are this process's too (fire and forget).
+      if (self->current_sender() && !from_own_process(self))
+        return refused("a stop");
       return forward<ok_atom>(self, hdl, call_timeout, a);
     },
     [=](reconnect_atom, size_t idx, uint64_t gen) {
+      // Its index is ours only when it comes from our own timer.
+      if (!from_own_process(self) || idx >= self->state.nodes.size())
+        return;
       auto& node = self->state.nodes[idx];
       if (node.gen == gen && !node.up && !node.connecting)
         connect(self, idx);
     },
-    [=](tick_atom) { tick(self); },
-    [=](nodes_stats_atom) { return stats_text(self); },
-    [=](nodes_capacity_atom, caf::timespan wait) {
+    [=](tick_atom) {
+      if (from_own_process(self))
+        tick(self);
+    },
+    [=](nodes_stats_atom) -> caf::result<std::string> {
+      if (!from_own_process(self))
+        return refused("a stats question");
+      return stats_text(self);
+    },
+    [=](nodes_capacity_atom, caf::timespan wait) -> caf::result<uint64_t> {
+      if (!from_own_process(self))
+        return refused("a capacity question");
       auto total = self->state.capacity_up();
-      return self->state.capacity_waiters.wait(self, total > 0, total, wait,
-                                               capacity_due_atom::value);
+      return self->state.capacity_waiters.wait(
+        self, total > 0 || self->state.all_unreachable(), total, wait,
+        capacity_due_atom::value);
     },
     [=](capacity_due_atom, uint64_t token) {
-      self->state.capacity_waiters.expire(token, self->state.capacity_up());
+      if (from_own_process(self))
+        self->state.capacity_waiters.expire(token, self->state.capacity_up());
     },
-    [=](join_atom, std::string& name, caf::actor& hdl) {
+    [=](join_atom, std::string& name, caf::actor& hdl) -> caf::result<ok_atom> {
+      // From the registrar (which checked the joiner) or a test.
+      if (!from_own_process(self))
+        return refused("a join");
       return on_join(self, name, hdl);
     },
   };
@@ -867,6 +1078,27 @@ size_t nodes_capacity_up(caf::actor_system& sys, const provider_actor& provider,
     .receive([&](uint64_t n) { total = static_cast<size_t>(n); },
              [&](caf::error&) {});
   return total;
+}
+
+std::string nodes_unreachable(caf::actor_system& sys,
+                              const provider_actor& provider,
+                              const nodes_settings& settings) {
+  if (!settings.listen.empty() || settings.endpoints.empty())
+    return {};
+  // Each endpoint's first attempt ends within the connect timeout (and
+  // its node_info question within another).
+  if (nodes_capacity_up(sys, provider, 2 * settings.connect_timeout_s + 1) > 0)
+    return {};
+  std::string out = "no node reachable at start:";
+  for (auto& n : nodes_stats(sys, provider)) {
+    auto why = n.value("last_error", std::string{});
+    out += " " + n.value("endpoint", std::string{"?"}) + " (" +
+           (why.empty() ? std::string{"no answer"} : why) + ");";
+  }
+  out.back() = '.';
+  return out + " Check the endpoints, that the nodes run, and that both "
+               "sides agree on TLS (\"tls\" in the nodes block, --tls-* "
+               "on sv-node).";
 }
 
 size_t nodes_total_capacity(caf::actor_system& sys,

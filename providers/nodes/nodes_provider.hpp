@@ -94,6 +94,14 @@ using nodes_capacity_atom = caf::atom_constant<caf::atom("ncapup")>;
 size_t nodes_capacity_up(caf::actor_system& sys, const provider_actor& provider,
                          double wait_s);
 
+/// For a front that dials its nodes (no `listen`): waits (main thread, one
+/// request) until one of them is up, or each failed its first connection;
+/// empty when one is up, else why none is, naming each endpoint (sv-grade
+/// then exits 2 instead of masking every line).
+std::string nodes_unreachable(caf::actor_system& sys,
+                              const provider_actor& provider,
+                              const nodes_settings& settings);
+
 /// Asks every reachable node its capacity (blocking, bounded by the connect
 /// timeout; call on the main thread) and returns their sum (0: none).
 size_t nodes_total_capacity(caf::actor_system& sys,

@@ -395,9 +395,9 @@ def case_tls(c):
                    extra=["--concurrency", "2"],
                    settings={"queue_timeout_s": 2})
     rc, out, err = finish(proc, timeout=90)
-    one_reply_each(out, 2)
-    check(not any(o["ok"] for o in out), f"tls: wrong cert accepted {out}")
-    check("TLS handshake refused" in err,
+    # Its only node unreachable: a configuration error, no masked lines.
+    check(rc == 2 and not out, f"tls: wrong cert: exit {rc}, {out}")
+    check("TLS handshake refused" in err and bad.endpoint in err,
           f"tls: no clear message: {err[-2000:]}")
     # Joining over TLS: the node with the right certificate is used, the
     # one of another CA is refused and says why, both at once: its failed
@@ -651,6 +651,26 @@ def case_attacks(c):
           f"twin: no log line: {err[-2000:]}")
     check(twin.poll() is None, "twin: died instead of retrying")
 
+def case_unreachable(c):
+    """A front whose every node is unreachable at start exits 2 at once,
+    naming each endpoint and why (issue 19 item 25)."""
+    closed = f"127.0.0.1:{free_port()}"
+    t0 = time.monotonic()
+    rc, out, err = finish(c.grade([closed], 3, 0.1), timeout=60)
+    check(rc == 2 and not out, f"unreachable: exit {rc}, {out}")
+    check(closed in err and "no node reachable" in err,
+          f"unreachable: no hint: {err[-2000:]}")
+    check(time.monotonic() - t0 < 20, "unreachable: not fast")
+    # A plaintext front, a TLS node: the handshake is cut; the hint says
+    # TLS.
+    node = c.start_node("x0")
+    c.insecure = True
+    rc, out, err = finish(c.grade([node.endpoint], 3, 0.1), timeout=60)
+    check(rc == 2 and not out, f"tls mismatch: exit {rc}, {out}")
+    check(node.endpoint in err and "TLS" in err,
+          f"tls mismatch: no hint: {err[-2000:]}")
+
+
 def free_port():
     import socket
     with socket.socket() as s:
@@ -695,6 +715,7 @@ def case_join(c):
 CASES = {"join": case_join, "spread_and_kill": case_spread_and_kill, "sigstop": case_sigstop,
          "front_lost_and_drain": case_front_lost_and_drain, "tls": case_tls,
          "tls_bad_peer": case_tls_bad_peer, "attacks": case_attacks,
+         "unreachable": case_unreachable,
          "usage": case_usage}
 
 
