@@ -271,7 +271,9 @@ def case_sigstop(c):
     nodes = [c.start_node(f"s{i}") for i in range(3)]
     eps = [p.endpoint for p in nodes]
     proc = c.grade(eps, 12, 3)
-    check(wait_until(lambda: leftovers(nodes[2].root), 20),
+    # Uploaded, not just being created: a create in flight when the node
+    # stops is placed again elsewhere, neither lost nor retried.
+    check(wait_until(lambda: uploaded(nodes[2].root), 20),
           "sigstop: nothing started on the node")
     os.kill(nodes[2].pid, signal.SIGSTOP)
     t0 = time.monotonic()
