@@ -653,6 +653,7 @@ def case_attacks(c):
           f"twin: no log line: {err[-2000:]}")
     check(twin.poll() is None, "twin: died instead of retrying")
 
+
 def case_unreachable(c):
     """A front whose every node is unreachable at start exits 2 at once,
     naming each endpoint and why (issue 19 item 25)."""
