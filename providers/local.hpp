@@ -93,6 +93,11 @@ struct local_provider_config {
   /// a run then find sandboxes ready instead of preparing their own at
   /// once. Unused, they are removed as the seeded rate decays (~4 s).
   bool warm_pool_start = true;
+  /// How often the pool's rates decay (by a fifth per tick); an idle
+  /// shape's pool drains in about eight ticks. Not a JSON setting: for
+  /// embedders and tests that want a pool that does not drain while they
+  /// wait on a busy machine.
+  std::chrono::milliseconds warm_pool_tick{250};
 
   // -- failed stops ----------------------------------------------------------
 

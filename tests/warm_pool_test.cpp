@@ -55,6 +55,10 @@ struct pool_fixture : isolated_fixture {
           c.warm_pool = 2;
           // Filled by the first create, as these tests count.
           c.warm_pool_start = false;
+          // Rates decay per tick: with the default 250 ms, a pool whose
+          // preparation takes seconds on a busy machine drains before it
+          // is ready. An hour's tick keeps what the first create asked for.
+          c.warm_pool_tick = std::chrono::hours{1};
         }) {
     // nop
   }

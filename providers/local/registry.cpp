@@ -254,9 +254,8 @@ struct local_registry::impl {
 
   // -- the warm pool ---------------------------------------------------------
 
-  /// How long a pool tick lasts, and how many ticks of creates the pool
-  /// keeps ready for (at least one sandbox while creates come).
-  static constexpr std::chrono::milliseconds pool_tick{250};
+  /// How many ticks of creates the pool keeps ready for (at least one
+  /// sandbox while creates come); a tick lasts cfg.warm_pool_tick.
   static constexpr double pool_lead_ticks = 0.5;
 
   /// Under mtx: how many sandboxes of `slot`'s shape to keep ready.
@@ -423,7 +422,7 @@ struct local_registry::impl {
     if (pool_timer_armed || shutting_down)
       return;
     pool_timer_armed = true;
-    pool_timer.expires_after(pool_tick);
+    pool_timer.expires_after(cfg.warm_pool_tick);
     pool_timer.async_wait([this](boost::system::error_code ec) {
       if (!ec)
         pool_tick_now();

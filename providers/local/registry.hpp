@@ -46,6 +46,7 @@ struct registry_settings {
   size_t warm_pool = 0;
   /// Fill the default shape's pool at start.
   bool warm_pool_start = false;
+  std::chrono::milliseconds warm_pool_tick{250};
   std::function<caf::error(const std::string&)> stop_fault;
   /// What a spec may ask for (checked by the provider actor).
   local_ceilings ceilings;

@@ -69,7 +69,7 @@ def root_is_clean(env):
     check(left == [], f"processes left: {left}")
 
 
-def wait_for_sandboxes(env, deadline=10):
+def wait_for_sandboxes(env, deadline=120):
     root = env.path("sandboxes")
     end = time.monotonic() + deadline
     while time.monotonic() < end:
@@ -92,7 +92,7 @@ def output_lines(path):
     return [json.loads(line) for line in text.splitlines()]
 
 
-def finish(proc, timeout=30):
+def finish(proc, timeout=120):
     for name in ("stdin", "stdout"):
         if getattr(proc, name) is not None and getattr(proc, name).closed:
             setattr(proc, name, None)
@@ -142,7 +142,7 @@ def interrupt_and_resume(env):
 
 DAEMON = """import subprocess, sys, time
 subprocess.Popen(["sleep", "60"], start_new_session=True)
-time.sleep(20)
+time.sleep(90)
 """
 
 
@@ -151,25 +151,24 @@ def second_signal_cancels(env, isolation):
     session: the cancelled sandboxes' processes must all be gone."""
     inp = env.path(f"slow-{isolation}.jsonl")
     out = env.path(f"slow-out-{isolation}.jsonl")
-    runner = DAEMON if isolation == "none" else RUNNER.format(sleep=20, pad="")
+    runner = DAEMON if isolation == "none" else RUNNER.format(sleep=90, pad="")
     with open(inp, "w") as f:
         for i in range(6):
             f.write(json.dumps({"id": f"d{i}",
                                 "files": {"sandbox_runner.py": runner},
-                                "request": {}, "exec_timeout_s": 30,
+                                "request": {}, "exec_timeout_s": 120,
                                 "config": {"python": env.python}}) + "\n")
     config = env.path(f"provider-{isolation}.json")
     with open(config, "w") as f:
         json.dump({"local": {"root": env.path("sandboxes"),
                              "isolation": isolation}}, f)
-    start = time.monotonic()
     proc = subprocess.Popen([env.sv_grade, "--provider-config", config,
                              "--input", inp, "--output", out,
                              "--concurrency", "3"],
                             stderr=subprocess.PIPE, text=True)
     wait_for_sandboxes(env)
     if isolation == "none":  # wait for a daemon to exist
-        end = time.monotonic() + 10
+        end = time.monotonic() + 120
         while not any(cmdline(pid).startswith("sleep")
                       for pid, _ in processes_in(env.path("sandboxes"))):
             check(time.monotonic() < end, "no daemon started")
@@ -177,9 +176,12 @@ def second_signal_cancels(env, isolation):
     proc.send_signal(signal.SIGTERM)
     time.sleep(0.2)
     proc.send_signal(signal.SIGTERM)
+    second = time.monotonic()
     rc, err = finish(proc)
     check(rc == 143, f"second SIGTERM: exit status {rc}\n{err}")
-    check(time.monotonic() - start < 15, "did not exit at once")
+    # The runners sleep 90 s: an exit within 60 s of the second signal is
+    # one that did not wait for them, however busy the machine is.
+    check(time.monotonic() - second < 60, "did not exit at once")
     check("cancelled" in err, f"summary: {err}")
     check(output_lines(out) == [], "no line for cancelled work")
     root_is_clean(env)
