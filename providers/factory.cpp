@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
+#include <vector>
 namespace sv {
 
 namespace {
@@ -59,6 +60,9 @@ private:
 struct provider_entry {
   const char* name;
   std::shared_ptr<provider_backend> (*prepare)(const json& settings);
+  /// Settings that name files or directories on this host (dotted paths):
+  /// a relative one in a config file is relative to that file.
+  std::vector<const char*> host_paths;
 };
 
 template <class Backend>
@@ -68,10 +72,10 @@ std::shared_ptr<provider_backend> make_backend(const json& settings) {
 
 // Adding a backend is one line here.
 const provider_entry known_providers[] = {
-  {"local", make_backend<local_backend>},
-  {"scripted", make_backend<scripted_backend>},
-  {"nodes", make_nodes_backend},
-  {"remote", make_remote_backend},
+  {"local", make_backend<local_backend>, {"root"}},
+  {"scripted", make_backend<scripted_backend>, {}},
+  {"nodes", make_nodes_backend, {"tls.cert", "tls.key", "tls.ca"}},
+  {"remote", make_remote_backend, {"token_file", "ca_file"}},
 };
 
 constexpr const char* metadata_key = "default_metadata";
@@ -91,6 +95,30 @@ const provider_entry* find_provider(const std::string& name) {
     if (name == entry.name)
       return &entry;
   return nullptr;
+}
+
+/// Makes `settings`' host paths that are relative (`certs/ca.pem`) relative
+/// to `base` (the config file's directory), as a reader of the file means.
+void resolve_host_paths(const provider_entry& entry, json& settings,
+                        const std::filesystem::path& base) {
+  for (const char* dotted : entry.host_paths) {
+    json* at = &settings;
+    std::string rest = dotted;
+    for (auto dot = rest.find('.'); at != nullptr && at->is_object();
+         dot = rest.find('.')) {
+      auto key = rest.substr(0, dot);
+      auto i = at->find(key);
+      at = i == at->end() ? nullptr : &*i;
+      if (dot == std::string::npos)
+        break;
+      rest.erase(0, dot + 1);
+    }
+    if (at == nullptr || !at->is_string())
+      continue; // absent or wrong: the backend's parser says so
+    auto value = at->get<std::string>();
+    if (!value.empty() && value.front() != '/')
+      *at = (base / value).lexically_normal().string();
+  }
 }
 
 } // namespace
@@ -173,7 +201,11 @@ provider_block load_provider_block(const std::string& path, size_t max_depth,
   limits.json.max_bytes = 16 << 20;
   try {
     file = load_provider_config(path, provider_names(), limits);
-    return parse_provider_block(file.block);
+    auto block = parse_provider_block(file.block);
+    auto base = std::filesystem::absolute(path).parent_path();
+    if (auto* entry = find_provider(block.name))
+      resolve_host_paths(*entry, block.settings, base);
+    return block;
   } catch (const config_error& e) {
     throw std::runtime_error(where + e.what());
   } catch (const json_error& e) {

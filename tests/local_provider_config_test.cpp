@@ -5,6 +5,7 @@
 #include "providers/factory.hpp"
 
 #include <caf/send.hpp>
+#include <sys/stat.h>
 
 using namespace sv;
 using namespace sv::test;
@@ -210,4 +211,35 @@ TEST_CASE("warm_pool is a count from 0 (off) to 64") {
                   json_error);
   CHECK_THROWS_AS(parse_local_provider_config(json{{"warm_pool", "2"}}),
                   json_error);
+}
+
+TEST_CASE("host paths in a config file are relative to that file") {
+  temp_dir dir;
+  auto sub = dir.path + "/conf";
+  REQUIRE(::mkdir(sub.c_str(), 0755) == 0);
+  auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream{sub + "/" + name} << text;
+    return sub + "/" + name;
+  };
+  provider_config_file file;
+  auto remote = load_provider_block(
+    write("remote.yaml", "remote:\n  url: https://127.0.0.1:8443\n"
+                         "  token_file: token\n  ca_file: ../certs/ca.pem\n"),
+    64, file);
+  CHECK(remote.settings.at("token_file") == sub + "/token");
+  CHECK(remote.settings.at("ca_file") == dir.path + "/certs/ca.pem");
+  auto nodes = load_provider_block(
+    write("nodes.json", R"({"nodes": {"endpoints": ["127.0.0.1:7101"],
+       "tls": {"cert": "front.pem", "key": "/etc/sv/front.key",
+               "ca": "./ca.pem"}}})"),
+    64, file);
+  CHECK(nodes.settings.at("tls").at("cert") == sub + "/front.pem");
+  CHECK(nodes.settings.at("tls").at("key") == "/etc/sv/front.key");
+  CHECK(nodes.settings.at("tls").at("ca") == sub + "/ca.pem");
+  auto local = load_provider_block(
+    write("local.json", R"({"local": {"root": "sandboxes"}})"), 64, file);
+  CHECK(local.settings.at("root") == sub + "/sandboxes");
+  // Inline blocks (no file) keep what they say.
+  CHECK(parse_provider_block(json{{"local", {{"root", "rel"}}}})
+          .settings.at("root") == "rel");
 }
