@@ -136,6 +136,10 @@ def refusals(s):
         ({"code": "1", "language": "python", "fetch_files": ["/etc/passwd"]},
          "fetch_files[0]:"),
         ({"code": "1", "language": "python", "timeout": 3}, "timeout"),
+        # Above the local provider's ceiling: refused at create, 400 (the
+        # caller's to fix), not 504 (an infrastructure fault).
+        ({"code": "1", "language": "python", "memory_limit_MB": 10000000},
+         "max_memory_mib"),
     ]
     for body, needle in cases:
         status, _, r = s.post_json("/run_code", body)

@@ -370,6 +370,41 @@ def lifetime_replay(binary, tmp):
           "a new one after")
 
 
+def lifetime_verify_disconnect(binary, tmp):
+    """A /v1/verify client that disconnects during create: the create is
+    awaited and its sandbox stopped (the ledger: created 1, live 0)."""
+    ledger = os.path.join(tmp, "verify.ledger")
+    config = os.path.join(tmp, "verify.json")
+    with open(config, "w") as f:
+        json.dump({"scripted": {"ledger_file": ledger, "steps": {
+            "create": [{"fault": "delay", "delay_ms": 800}]}}}, f)
+    s = Server(binary, tmp, ["--provider-config", config], "verify")
+    try:
+        body = json.dumps({"id": "gone", "files": {"sandbox_runner.py": ""},
+                           "request": {}, "exec_timeout_s": 5,
+                           "config": {"ready_timeout_s": 5}}).encode()
+        sock = socket.create_connection(("127.0.0.1", s.port), TIMEOUT)
+        sock.sendall(b"POST /v1/verify HTTP/1.1\r\nHost: x\r\n"
+                     b"Content-Length: " + str(len(body)).encode() +
+                     b"\r\n\r\n" + body)
+        wait_until("the create in flight", lambda: s.metrics().get(
+            "sv_supervisor_in_flight") == 1, timeout=5, server=s)
+        sock.close()
+        wait_until("the cancel", lambda: s.metrics().get(
+            "sv_cancelled_total") == 1, timeout=5, server=s)
+        wait_until("the late sandbox stopped", lambda: (
+            lambda m: m.get("sv_sandboxes_created_total") == 1
+            and m.get("sv_sandboxes_live") == 0)(s.metrics()),
+            timeout=10, server=s)
+        check(s.stop() == 0, "exit status", s)
+    finally:
+        if s.proc.poll() is None:
+            s.stop()
+    book = ledger_book(ledger)
+    check(book["creates"] == 1 and book["live"] == 0, f"ledger: {book}")
+    print("ok: a /v1/verify client gone during create: its sandbox stopped")
+
+
 def main():
     if len(sys.argv) != 3:
         sys.exit(f"usage: {sys.argv[0]} SV_SERVE MODE")
@@ -382,6 +417,8 @@ def main():
         elif mode == "lifetime":
             lifetime_unclaimed(binary, tmp)
             lifetime_replay(binary, tmp)
+            # lifetime_verify_disconnect(binary, tmp): lands with the
+            # supervisor's awaited cancel (issue 19 item 14, /v1/verify).
         else:
             sys.exit(f"unknown mode {mode}")
 
