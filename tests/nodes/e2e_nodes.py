@@ -404,7 +404,7 @@ def case_tls(c):
     # Joining over TLS: the node with the right certificate is used, the
     # one of another CA is refused and says why, both at once: its failed
     # handshakes on the front's listen port leave the good node's
-    # connection alone (openssl_error_queue.cpp).
+    # connection alone (the BASP gate: one TLS session's failure is its own).
     front = f"127.0.0.1:{free_port()}"
     good_join = c.start_node("tj0", tls=c.cert("sv-node", "tj0", ca="good"),
                              join=front)
@@ -449,9 +449,10 @@ def bad_peer_loop(cert, endpoint, stop):
 def case_tls_bad_peer(c):
     """A peer of another CA that keeps failing the handshake on a node's
     TLS port while a good front runs a batch there: the good front's
-    connection stays up (CAF 0.17.6 left the failed handshake's errors in
-    the multiplexer thread's OpenSSL error queue and closed the next
-    healthy session that read; providers/nodes/openssl_error_queue.cpp)."""
+    connection stays up (CAF 0.17.6's openssl module left a failed
+    handshake's errors in its thread's OpenSSL error queue and closed the
+    next healthy session; the BASP gate's TLS keeps each session's errors
+    its own)."""
     if shutil.which("openssl") is None:
         print("openssl CLI missing: skipped")
         sys.exit(SKIP)
