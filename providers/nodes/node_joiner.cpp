@@ -42,6 +42,21 @@ using self_ptr = caf::stateful_actor<joiner_state>*;
 
 void dial(self_ptr self);
 
+/// A message of this process (its timers); the front's process can name
+/// the joiner too (it sends the joins).
+bool from_own_process(self_ptr self) {
+  auto& sender = self->current_sender();
+  return sender && sender->node() == self->node();
+}
+
+/// The reply comes from the registrar asked (CAF 0.17 matches replies by
+/// message id only).
+bool from_registrar(self_ptr self, const caf::actor& asked) {
+  auto& sender = self->current_sender();
+  return sender && asked && sender->node() == asked.node() &&
+         sender->id() == asked.id();
+}
+
 void retry_later(self_ptr self, const std::string& why) {
   auto& st = self->state;
   if (st.registrar) {
@@ -60,6 +75,7 @@ void retry_later(self_ptr self, const std::string& why) {
 void offer(self_ptr self) {
   auto& st = self->state;
   auto gen = st.gen;
+  auto asked = st.registrar;
   self
     ->request(st.registrar, call_timeout, join_atom::value, st.settings.name,
               caf::actor_cast<caf::actor>(st.node))
@@ -68,6 +84,11 @@ void offer(self_ptr self) {
         auto& st = self->state;
         if (gen != st.gen)
           return;
+        if (!from_registrar(self, asked)) {
+          retry_later(self, "a join reply did not come from the front "
+                            "(dropped)");
+          return;
+        }
         if (!st.last_error.empty() || st.backoff != first_backoff)
           spdlog::info("joined the front {}:{} as {}", st.settings.host,
                        st.settings.port, st.settings.name);
@@ -126,7 +147,7 @@ caf::behavior joiner(self_ptr self, node_actor node, join_settings settings) {
   return {
     [=](rejoin_atom, uint64_t gen) {
       auto& st = self->state;
-      if (gen != st.gen)
+      if (!from_own_process(self) || gen != st.gen)
         return;
       if (st.registrar)
         offer(self);
