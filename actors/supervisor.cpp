@@ -603,10 +603,14 @@ void cancel(self_ptr self, const std::string& id) {
                       "cancelled before it started"));
     i = st.queue.erase(i);
   }
+  // A verification still in create answers `killed` and lingers for its
+  // sandbox (an outstanding create is awaited, never forgotten); any other
+  // exits, and its down_msg has the sandbox stopped here.
   for (auto& [addr, entry] : st.running)
     if (entry.id == id && !entry.cancelled && !entry.replied) {
       entry.cancelled = true;
-      caf::anon_send_exit(addr, caf::exit_reason::user_shutdown);
+      caf::anon_send(caf::actor_cast<verification_actor>(addr),
+                     cancel_atom::value);
     }
 }
 

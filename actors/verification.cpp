@@ -436,6 +436,8 @@ void on_provider_lost(self_ptr self) {
                     " failed: the provider went down");
 }
 
+void on_cancel(self_ptr self);
+
 /// The behaviour of a state: what it does on a poll (only while the
 /// generation that scheduled it lasts) and when the provider is lost.
 template <class OnPoll, class OnLost>
@@ -444,7 +446,8 @@ behavior state_behavior(self_ptr self, OnPoll on_poll, OnLost on_lost) {
           [=](poll_atom, uint64_t gen) {
             if (gen == self->state.gen)
               on_poll();
-          }};
+          },
+          [=](cancel_atom) { on_cancel(self); }};
 }
 
 /// A state that does not poll (create, upload, exec, download, stop): one
@@ -499,19 +502,20 @@ void stop_late_sandbox(self_ptr self, sandbox_handle handle) {
           }));
 }
 
-/// The create deadline passed: the caller hears the timeout now; the actor
-/// lingers (bounded by the create's patience: ready + stop deadline) in
-/// case the provider still answers with a sandbox that must be stopped.
-/// Until then the supervisor keeps the create slot taken (`pending`).
-void on_create_deadline(self_ptr self) {
+/// The caller hears a failure in create now (`cause`, `message`) while the
+/// create is still outstanding: the actor lingers (bounded by the create's
+/// patience: ready + stop deadline, past the deadline the provider was given
+/// with the create, after which it makes no sandbox) in case the provider
+/// still answers with a sandbox that must be stopped. Until then the
+/// supervisor keeps the create slot taken (`pending`).
+void linger_for_create(self_ptr self, failure_cause cause,
+                       std::string message) {
   auto& st = self->state;
   st.outcome.ok = false;
   st.outcome.failure.kind = failure_kind::provider_unavailable;
   st.outcome.failure.state = verification_state::create;
-  st.outcome.failure.cause = failure_cause::timeout;
-  st.outcome.failure.message = "create did not finish within its " +
-                               format_seconds(st.plan.ready_timeout_s) +
-                               " deadline";
+  st.outcome.failure.cause = cause;
+  st.outcome.failure.message = std::move(message);
   finish_state(self);
   report(self, stop_status::pending);
   ++st.gen;
@@ -532,6 +536,30 @@ void on_create_deadline(self_ptr self) {
       settle(self, self->state.stopping_late_sandbox ? stop_status::handed_over
                                                      : stop_status::not_needed);
     }));
+}
+
+/// The create deadline passed: the caller hears the timeout now.
+void on_create_deadline(self_ptr self) {
+  linger_for_create(self, failure_cause::timeout,
+                    "create did not finish within its " +
+                      format_seconds(self->state.plan.ready_timeout_s) +
+                      " deadline");
+}
+
+/// The supervisor cancels (the client went away). In create the answer is
+/// still to come, so the caller hears `killed` now and the actor lingers for
+/// the sandbox as after a create deadline; in any other state the actor
+/// exits and the supervisor stops the sandbox it knows of. Once the caller
+/// has the outcome (lingering, stopping) there is nothing to cancel.
+void on_cancel(self_ptr self) {
+  auto& st = self->state;
+  if (st.awaiting_late_create || st.replied)
+    return;
+  if (st.current == verification_state::create) {
+    linger_for_create(self, failure_cause::killed, "cancelled");
+    return;
+  }
+  self->quit(caf::exit_reason::user_shutdown);
 }
 
 void on_created(self_ptr self, sandbox_handle& handle) {
@@ -560,6 +588,10 @@ behavior enter_create(self_ptr self, sandbox_spec spec) {
   // The provider counts from the create's arrival, later than now: half the
   // stop deadline of slack keeps its answer inside our patience.
   spec.create_deadline_s = st.plan.ready_timeout_s + st.plan.stop_timeout_s / 2;
+  // A provider in this process counts it from now, however long the create
+  // waits in its mailbox: then no sandbox can come after the lingering below
+  // has ended (the timer that ends it is queued behind any answer).
+  spec.create_deadline_at = st.state_started + seconds(spec.create_deadline_s);
   // Not `in_state`: a sandbox that comes after the deadline is still ours.
   ask(self, create_atom::value, std::move(spec))
     .then([=](sandbox_handle& handle) { on_created(self, handle); },

@@ -49,9 +49,14 @@ using provider_lost_atom = caf::atom_constant<caf::atom("provlost")>;
 /// cancellable clock entry per verification, see verification.cpp.)
 using poll_atom = caf::atom_constant<caf::atom("poll")>;
 
-using verification_actor =
-  caf::typed_actor<caf::reacts_to<provider_lost_atom>,
-                   caf::reacts_to<poll_atom, uint64_t>>;
+/// `cancel` (supervisor -> verification): the client went away. In create
+/// the caller hears `killed` and the actor lingers for the late sandbox as
+/// after a create deadline (`pending`); in any other state it exits and the
+/// supervisor stops the sandbox it was told of.
+
+using verification_actor = caf::typed_actor<caf::reacts_to<provider_lost_atom>,
+                                            caf::reacts_to<poll_atom, uint64_t>,
+                                            caf::reacts_to<cancel_atom>>;
 
 // -- verification -> supervisor ----------------------------------------------
 

@@ -9,6 +9,7 @@
 #include "messages/json_inspect.hpp"
 
 #include <caf/meta/type_name.hpp>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -44,12 +45,35 @@ struct sandbox_spec {
   /// answer any more (0: no such deadline). A provider whose create finishes
   /// later removes the sandbox itself instead of handing it to nobody.
   double create_deadline_s = 0;
+  /// The same deadline as a point on the actor clock, set by a requester in
+  /// the provider's own process when it sends the create (its "arrival":
+  /// a local mailbox takes no time to reach, however long the provider
+  /// takes to dequeue it). When set, it wins over `create_deadline_s`.
+  /// Process-local: not serialized (`inspect` leaves it out), so across a
+  /// node boundary only `create_deadline_s` travels, measured from the
+  /// receiver's dequeue.
+  std::chrono::steady_clock::time_point create_deadline_at{};
   std::string workdir = "/sandbox";
   env_map env;
   json metadata = json::object();
   sandbox_resources resources;
   json provider_options = json::object();
 };
+
+/// When the create of `spec` that a provider dequeued at `dequeued` stops
+/// being awaited: `create_deadline_at` if set, else `create_deadline_s`
+/// after the dequeue; `time_point::max()` when neither is set.
+inline std::chrono::steady_clock::time_point
+create_deadline(const sandbox_spec& spec,
+                std::chrono::steady_clock::time_point dequeued) {
+  using clock = std::chrono::steady_clock;
+  if (spec.create_deadline_at != clock::time_point{})
+    return spec.create_deadline_at;
+  if (!(spec.create_deadline_s > 0))
+    return clock::time_point::max();
+  return dequeued + std::chrono::duration_cast<clock::duration>(
+                      std::chrono::duration<double>(spec.create_deadline_s));
+}
 
 /// Names a sandbox a provider created. `state` is the provider's own.
 struct sandbox_handle {
@@ -211,6 +235,7 @@ typename Inspector::result_type inspect(Inspector& f, sandbox_resources& x) {
            x.disk_gib, x.gpu, x.gpu_type);
 }
 
+/// Leaves out `create_deadline_at` (a point on this process's clock).
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, sandbox_spec& x) {
   return f(caf::meta::type_name("sv::sandbox_spec"), x.image, x.ttl_s,

@@ -233,13 +233,12 @@ caf::behavior scripted_provider(self_ptr self, scripted_script script,
   };
   return {
     [=](create_atom, sandbox_spec& spec) {
-      auto arrived = self->clock().now();
-      auto deadline = spec.create_deadline_s;
+      // From the request's arrival when the requester stamped it (a create
+      // dequeued late from a long mailbox is no less late), else from now.
+      auto deadline = create_deadline(spec, self->clock().now());
       auto create = [=](caf::response_promise& rp) {
         // Past the requester's patience: nobody would stop this sandbox.
-        if (deadline > 0 &&
-            self->clock().now() - arrived >
-              caf::timespan{static_cast<int64_t>(deadline * 1e9)}) {
+        if (self->clock().now() > deadline) {
           self->state.world->on_create_abandoned();
           rp.deliver(make_error(provider_errc::sandbox_error,
                                 "create: finished after its deadline"));

@@ -7,9 +7,11 @@
 #include "messages/errors.hpp"
 #include "provider_tap.hpp"
 
+#include <caf/event_based_actor.hpp>
 #include <caf/send.hpp>
 #include <catch2/catch.hpp>
 #include <iostream>
+#include <map>
 #include <sstream>
 
 using namespace sv;
@@ -617,6 +619,146 @@ TEST_CASE_METHOD(fixture, "a late create keeps its create slot until the "
   CHECK(s.sandboxes_created == 2);
   CHECK(s.sandboxes_stopped == 2);
   CHECK(s.creating == 0);
+}
+
+namespace {
+
+using lagged_atom = caf::atom_constant<caf::atom("lagged")>;
+
+struct lagging_state {
+  static inline const char* name = "sv.test.lagging_provider";
+  std::map<uint64_t, std::pair<caf::response_promise, sandbox_spec>> held;
+  uint64_t next = 0;
+};
+
+/// A provider whose creates wait `lag` in its mailbox before `inner` sees
+/// them (as a provider's do behind 30,000 others on one core); every other
+/// call goes straight through. The spec reaches `inner` untouched, with the
+/// requester's stamp.
+caf::behavior lagging_provider(caf::stateful_actor<lagging_state>* self,
+                               provider_actor inner, caf::timespan lag) {
+  return {
+    [=](create_atom, sandbox_spec& spec) {
+      auto token = self->state.next++;
+      self->state.held.emplace(
+        token, std::make_pair(self->make_response_promise(), std::move(spec)));
+      self->delayed_send(self, lag, lagged_atom::value, token);
+    },
+    [=](lagged_atom, uint64_t token) {
+      auto i = self->state.held.find(token);
+      auto [rp, spec] = std::move(i->second);
+      self->state.held.erase(i);
+      rp.delegate(inner, create_atom::value, std::move(spec));
+    },
+    [=](status_atom a, sandbox_handle& h) {
+      return self->delegate(inner, a, std::move(h));
+    },
+    [=](upload_atom a, sandbox_handle& h, std::string& dir, file_map& files) {
+      return self->delegate(inner, a, std::move(h), std::move(dir),
+                            std::move(files));
+    },
+    [=](exec_atom a, sandbox_handle& h, exec_request& req) {
+      return self->delegate(inner, a, std::move(h), std::move(req));
+    },
+    [=](download_atom a, sandbox_handle& h, std::string& path) {
+      return self->delegate(inner, a, std::move(h), std::move(path));
+    },
+    [=](stop_atom a, sandbox_handle& h) {
+      return self->delegate(inner, a, std::move(h));
+    },
+  };
+}
+
+/// The grading fixture on a scripted provider whose creates lag.
+struct lagging_fixture : fixture {
+  void start_lagging(caf::timespan lag, scripted_script script = {},
+                     supervisor_config cfg = {}) {
+    auto inner = keep(spawn_scripted_provider(sys, std::move(script), ledger));
+    provider = keep(
+      caf::actor_cast<provider_actor>(sys.spawn(lagging_provider, inner, lag)));
+    supervisor = keep(spawn_supervisor(sys, provider, std::move(cfg)));
+  }
+};
+
+} // namespace
+
+// Issue 19 item 13: a create that waited past its deadline in the
+// provider's mailbox was made at its dequeue and answered to a
+// verification that had stopped waiting: never stopped.
+TEST_CASE_METHOD(lagging_fixture, "a create dequeued after its deadline "
+                                  "makes no sandbox: the deadline runs from "
+                                  "the create's arrival") {
+  // Ready 10 s, stop 50 s: the verification waits for a late sandbox until
+  // 60 s; the provider's create deadline is 35 s from the send.
+  start_lagging(70s);
+  submit(make_request("late"));
+  check_failure(reply_exactly_at(10s), failure_kind::provider_unavailable,
+                verification_state::create, failure_cause::timeout);
+  CHECK(stats().creating == 1);
+  run_for(50s); // 60 s: the verification stops waiting, the slot is free
+  auto s = stats();
+  CHECK(s.creating == 0);
+  CHECK(s.cleanup_pending == 0);
+  run_for(20s); // 80 s: the provider dequeues the create, 45 s too late
+  CHECK(ledger->calls(scripted_op::create) == 1);
+  CHECK(ledger->creates() == 0); // abandoned, not handed to nobody
+  CHECK(ledger->live() == 0);
+  CHECK(ledger->creating() == 0);
+  CHECK(ledger->to_json()["abandoned_creates"] == 1);
+}
+
+TEST_CASE_METHOD(lagging_fixture, "a create answered after the verification's "
+                                  "deadline has its sandbox stopped exactly "
+                                  "once, the outcome stays the timeout") {
+  // Dequeued at 20 s (past the 10 s deadline, within the provider's 35 s),
+  // made after a further 10 s.
+  auto script = fault_at(scripted_op::create, scripted_fault::delay, 10s);
+  start_lagging(20s, std::move(script));
+  submit(make_request("late"));
+  check_failure(reply_exactly_at(10s), failure_kind::provider_unavailable,
+                verification_state::create, failure_cause::timeout);
+  run_for(20s - 1ns);
+  CHECK(ledger->creates() == 0);
+  CHECK(stats().creating == 1);
+  run_for(1ns);
+  CHECK(ledger->creates() == 1);
+  CHECK(ledger->live() == 0);
+  run_for(60s);
+  expect_all_stopped_once();
+  CHECK(ledger->stops() == 1);
+  CHECK_FALSE(take<verification_outcome>().has_value()); // one reply only
+  auto s = stats();
+  CHECK(s.sandboxes_created == 1);
+  CHECK(s.sandboxes_stopped == 1);
+  CHECK(s.stop_failures == 0);
+  CHECK(s.creating == 0);
+  CHECK(s.cleanup_pending == 0);
+}
+
+TEST_CASE_METHOD(fixture, "a cancel during create answers killed at once and "
+                          "still stops the sandbox that comes later") {
+  auto script = fault_at(scripted_op::create, scripted_fault::delay, 5s);
+  supervisor_config cfg;
+  cfg.max_creating = 1;
+  start(std::move(script), cfg);
+  submit(make_request("gone"));
+  run_for(1s);
+  client->send(supervisor, cancel_atom::value, std::string{"gone"});
+  auto out = reply_now();
+  CHECK(out.id == "gone");
+  check_failure(out, failure_kind::provider_unavailable,
+                verification_state::create, failure_cause::killed);
+  CHECK(stats().creating == 1); // the create is still outstanding
+  run_for(4s);
+  CHECK(ledger->creates() == 1);
+  expect_all_stopped_once();
+  auto s = stats();
+  CHECK(s.creating == 0);
+  CHECK(s.crashed == 0);
+  CHECK(s.sandboxes_created == 1);
+  CHECK(s.sandboxes_stopped == 1);
+  CHECK(s.cleanup_pending == 0);
+  CHECK_FALSE(take<verification_outcome>().has_value());
 }
 
 TEST_CASE_METHOD(fixture, "a late sandbox whose stop crashes the provider "

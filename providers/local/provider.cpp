@@ -25,6 +25,7 @@
 #include <atomic>
 #include <caf/actor.hpp>
 #include <caf/actor_cast.hpp>
+#include <caf/actor_clock.hpp>
 #include <caf/actor_system.hpp>
 #include <caf/event_based_actor.hpp>
 #include <caf/response_promise.hpp>
@@ -169,6 +170,9 @@ struct local_state {
   uint64_t owner = 0;
   /// Requesters waiting for the registry, by call.
   std::unordered_map<uint64_t, caf::response_promise> pending;
+  /// The create deadlines of creates in flight, by call: a sandbox made
+  /// later is nobody's, so it is stopped here instead of handed out.
+  std::unordered_map<uint64_t, caf::actor_clock::time_point> create_deadlines;
   uint64_t next_call = 1;
 
   local_state() = default;
@@ -246,9 +250,21 @@ caf::behavior local_provider(local_actor* self,
   st.owner = registry->join();
   st.registry = std::move(registry);
   return {
-    [self](create_atom, const sandbox_spec& spec) {
-      auto err = check_spec(spec, self->state.registry->ceilings());
-      return call<sandbox_handle>(self, std::move(err), [&](auto done) {
+    [self](create_atom,
+           const sandbox_spec& spec) -> caf::result<sandbox_handle> {
+      if (auto err = check_spec(spec, self->state.registry->ceilings()))
+        return err;
+      // From the create's arrival when its requester stamped it, else from
+      // now: past it nobody waits for the sandbox any more.
+      auto now = self->clock().now();
+      auto deadline = create_deadline(spec, now);
+      if (now > deadline)
+        return make_error(provider_errc::sandbox_error,
+                          "create: dequeued after its deadline, nobody "
+                          "waits for it any more");
+      if (deadline != caf::actor_clock::time_point::max())
+        self->state.create_deadlines.emplace(self->state.next_call, deadline);
+      return call<sandbox_handle>(self, caf::none, [&](auto done) {
         self->state.registry->create(self->state.owner, spec, std::move(done));
       });
     },
@@ -284,6 +300,25 @@ caf::behavior local_provider(local_actor* self,
       });
     },
     [self](io_done_atom, uint64_t call, sandbox_handle& h) {
+      auto& deadlines = self->state.create_deadlines;
+      if (auto i = deadlines.find(call); i != deadlines.end()) {
+        auto deadline = i->second;
+        deadlines.erase(i);
+        if (self->clock().now() > deadline) {
+          // Made after its requester stopped waiting: handed to nobody, so
+          // stopped here (the one stop it gets).
+          spdlog::warn("create finished after its deadline: stopping the "
+                       "sandbox {} nobody waits for",
+                       h.sandbox_id);
+          self->state.registry->stop(h.sandbox_id,
+                                     [](caf::expected<ok_atom>) {});
+          finish_call(self, call,
+                      make_error(provider_errc::sandbox_error,
+                                 "create: finished after its deadline; the "
+                                 "sandbox was stopped"));
+          return;
+        }
+      }
       finish_call(self, call, std::move(h));
     },
     [self](io_done_atom, uint64_t call, exec_result& r) {
@@ -296,6 +331,7 @@ caf::behavior local_provider(local_actor* self,
       finish_call(self, call, ok);
     },
     [self](io_done_atom, uint64_t call, caf::error& err) {
+      self->state.create_deadlines.erase(call);
       finish_call(self, call, std::move(err));
     },
   };

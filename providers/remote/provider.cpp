@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <caf/actor_cast.hpp>
+#include <caf/actor_clock.hpp>
 #include <caf/actor_system.hpp>
 #include <caf/event_based_actor.hpp>
 #include <caf/response_promise.hpp>
@@ -224,10 +225,16 @@ caf::result<sandbox_handle> create(remote_actor* self, sandbox_spec& spec) {
   create_attempt a;
   a.client = weak;
   a.cfg = client->cfg;
-  a.deadline =
-    steady::now() +
-    std::chrono::duration_cast<steady::duration>(
-      std::chrono::duration<double>(create_deadline_s(*a.cfg, spec)));
+  auto patience = std::chrono::duration_cast<steady::duration>(
+    std::chrono::duration<double>(create_deadline_s(*a.cfg, spec)));
+  // A requester in this process stamped its deadline (messages/protocol.hpp):
+  // the time the create waited in this mailbox is spent already.
+  if (spec.create_deadline_at != steady::time_point{})
+    patience = std::min(
+      patience, std::max(steady::duration{0},
+                         std::chrono::duration_cast<steady::duration>(
+                           spec.create_deadline_at - self->clock().now())));
+  a.deadline = steady::now() + patience;
   a.spec = std::make_shared<const sandbox_spec>(std::move(spec));
   a.key = new_idempotency_key();
   a.done = std::move(done);
