@@ -93,7 +93,8 @@ hit(const std::string& id, const std::string& text, const json_limits& limits,
 
 front_actor::behavior_type front(front_ptr self, supervisor_actor supervisor,
                                  std::shared_ptr<result_cache> cache,
-                                 json provider, json_limits limits) {
+                                 grade_identity_fn identity,
+                                 json_limits limits) {
   self->set_default_handler(sv::log_and_drop_unexpected);
   self->monitor(supervisor);
   self->set_down_handler([self](caf::down_msg& dm) {
@@ -111,7 +112,7 @@ front_actor::behavior_type front(front_ptr self, supervisor_actor supervisor,
       auto started = std::chrono::steady_clock::now();
       std::string key;
       try {
-        key = cache_key(req, provider);
+        key = cache_key(req, identity(req.config));
       } catch (const std::exception& e) {
         spdlog::warn("cache: no key for {}: {}", req.id, e.what());
       }
@@ -170,9 +171,10 @@ front_actor::behavior_type front(front_ptr self, supervisor_actor supervisor,
 supervisor_actor spawn_cache_front(caf::actor_system& sys,
                                    supervisor_actor supervisor,
                                    std::shared_ptr<result_cache> cache,
-                                   json provider, json_limits limits) {
+                                   grade_identity_fn identity,
+                                   json_limits limits) {
   return sys.spawn<caf::detached>(front, std::move(supervisor),
-                                  std::move(cache), std::move(provider),
+                                  std::move(cache), std::move(identity),
                                   limits);
 }
 

@@ -14,6 +14,7 @@
 #include "messages/bounded_json.hpp"
 #include "messages/provider.hpp"
 
+#include <functional>
 #include <memory>
 
 namespace caf {
@@ -22,12 +23,17 @@ class actor_system;
 
 namespace sv {
 
-/// Spawns the front of `supervisor` on `cache`; `provider` is the
-/// provider block's `provider_identity`. Cached results are read back
-/// within `limits`.
+/// What the provider contributes to a submission's key (the backend's
+/// `grade_identity`, providers/factory.hpp). Called on the front's own
+/// thread; it may block. A throw means no key: graded, not stored.
+using grade_identity_fn = std::function<json(const verification_config&)>;
+
+/// Spawns the front of `supervisor` on `cache`. Cached results are read
+/// back within `limits`.
 supervisor_actor spawn_cache_front(caf::actor_system& sys,
                                    supervisor_actor supervisor,
                                    std::shared_ptr<result_cache> cache,
-                                   json provider, json_limits limits = {});
+                                   grade_identity_fn identity,
+                                   json_limits limits = {});
 
 } // namespace sv

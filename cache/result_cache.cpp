@@ -1,11 +1,8 @@
 #include "cache/result_cache.hpp"
 
-#include "providers/factory.hpp"
-
 #include <algorithm>
 #include <array>
 #include <chrono>
-#include <initializer_list>
 #include <openssl/evp.h>
 #include <spdlog/spdlog.h>
 #include <sqlite3.h>
@@ -16,31 +13,10 @@ namespace sv {
 namespace {
 
 /// Bumped whenever the key text or the stored value changes meaning.
-constexpr int key_format = 1;
+constexpr int key_format = 2;
 constexpr const char* file_format = "sv-result-cache 1";
 
-void erase_keys(json& settings, std::initializer_list<const char*> keys) {
-  if (!settings.is_object())
-    return;
-  for (auto* key : keys)
-    settings.erase(key);
-}
-
 } // namespace
-
-json provider_identity(const provider_block& block) {
-  auto settings = block.settings;
-  if (block.name == "local")
-    erase_keys(settings,
-               {"root", "io_threads", "stop_attempts", "stop_retry_ms",
-                "cgroup_parent", "uid_base", "uid_count"});
-  else if (block.name == "scripted")
-    erase_keys(settings, {"ledger_file"});
-  else if (block.name == "nodes")
-    erase_keys(settings,
-               {"tls", "connect_timeout_s", "queue_timeout_s", "max_queue"});
-  return json{{"name", block.name}, {"settings", std::move(settings)}};
-}
 
 std::string cache_key_text(const verification_request& req,
                            const json& provider) {

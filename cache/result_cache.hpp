@@ -24,8 +24,6 @@ struct sqlite3_stmt;
 
 namespace sv {
 
-struct provider_block;
-
 /// A cache file that cannot be used (unreadable, not an SQLite database, a
 /// database of something else, a newer format). The message names the
 /// file and SQLite's reason.
@@ -33,16 +31,9 @@ struct cache_error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-/// The parts of a provider block that decide outcomes: its name and its
-/// settings without those that only say where, how many or how patiently
-/// (local: root, io_threads, stop_attempts, stop_retry_ms, cgroup_parent,
-/// uid_base, uid_count; scripted: ledger_file; nodes: tls,
-/// connect_timeout_s, queue_timeout_s, max_queue). `default_metadata` is
-/// not part of it (no provider lets metadata reach the runner).
-json provider_identity(const provider_block& block);
-
 /// The canonical text the key hashes: one JSON object (keys sorted, no
-/// spaces) of a format version, `provider` (provider_identity), and the
+/// spaces) of a format version, `provider` (the backend's grade identity
+/// for the request's config: provider_backend::grade_identity), and the
 /// request's `files`, `request`, `exec_timeout_s`, `work_dir` and `config`
 /// with every field (defaults filled in) but `metadata`. Not hashed: the
 /// id, the request's and the config's metadata.

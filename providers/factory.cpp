@@ -11,6 +11,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <mutex>
 #include <stdexcept>
 #include <vector>
 namespace sv {
@@ -20,7 +22,12 @@ namespace {
 class local_backend : public provider_backend {
 public:
   explicit local_backend(const json& settings)
-      : registry_(make_local_registry(parse_local_provider_config(settings))) {
+      : registry_(make_local_registry(parse_local_provider_config(settings))),
+        identity_(
+          settings_identity("local", settings,
+                            {"root", "io_threads", "stop_attempts",
+                             "stop_retry_ms", "cgroup_parent", "uid_base",
+                             "uid_count", "warm_pool", "warm_pool_start"})) {
     // nop
   }
 
@@ -30,14 +37,33 @@ public:
 
   void shut_down() override { shut_down_local_registry(*registry_); }
 
+  // The interpreter of each name is looked up once per backend (a provider
+  // start), as the provider's own is.
+  json grade_identity(const verification_config& cfg) const override {
+    auto out = identity_;
+    std::lock_guard<std::mutex> guard{mtx_};
+    auto i = interpreters_.find(cfg.python);
+    if (i == interpreters_.end())
+      i = interpreters_
+            .emplace(cfg.python,
+                     local_interpreter_identity(*registry_, cfg.python))
+            .first;
+    out["interpreter"] = i->second;
+    return out;
+  }
+
 private:
   std::shared_ptr<local_registry> registry_;
+  json identity_;
+  mutable std::mutex mtx_;
+  mutable std::map<std::string, json> interpreters_;
 };
 
 class scripted_backend : public provider_backend {
 public:
   explicit scripted_backend(const json& settings)
-      : script_(parse_scripted_script(settings)),
+      : identity_(settings_identity("scripted", settings, {"ledger_file"})),
+        script_(parse_scripted_script(settings)),
         world_(std::make_shared<scripted_world>()) {
     // nop
   }
@@ -52,7 +78,12 @@ public:
     // the world is plain memory: nothing to stop
   }
 
+  json grade_identity(const verification_config&) const override {
+    return identity_;
+  }
+
 private:
+  json identity_;
   scripted_script script_;
   std::shared_ptr<scripted_world> world_;
 };
@@ -163,6 +194,18 @@ provider_block parse_provider_block(const json& j) {
 }
 
 provider_backend::~provider_backend() = default;
+
+retry_settings provider_backend::retry_defaults() const {
+  return {}; // no retries
+}
+
+json settings_identity(const std::string& name, json settings,
+                       std::initializer_list<const char*> operational) {
+  if (settings.is_object())
+    for (auto* key : operational)
+      settings.erase(key);
+  return json{{"name", name}, {"settings", std::move(settings)}};
+}
 
 std::shared_ptr<provider_backend>
 prepare_provider(const provider_block& block) {

@@ -4,9 +4,11 @@
 // `{provider_name: {...settings}}` plus an optional `default_metadata` key.
 // Adding a backend means one entry in factory.cpp.
 
+#include "actors/retry.hpp"
 #include "messages/config_file.hpp"
 #include "messages/provider.hpp"
 
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -49,7 +51,27 @@ public:
   /// the actors are gone, never on a scheduler thread; without it, the last
   /// release does it on a thread of its own.
   virtual void shut_down() = 0;
+
+  /// What this backend contributes to the result cache's key for a
+  /// submission of config `cfg` (docs/cache.md): what decides a grade here
+  /// and nothing that does not. Local: its outcome-deciding settings and
+  /// the identity of the interpreter `cfg.python` runs; remote: what the
+  /// far sv-serve answers for it (GET /v1/identity); nodes, scripted: their
+  /// settings. May block (files, a far side; answers are kept per
+  /// `cfg.python`): call it off the scheduler threads. Throws when it cannot
+  /// tell (the caller then grades without the cache).
+  virtual json grade_identity(const verification_config& cfg) const = 0;
+
+  /// The supervisor's retries of infrastructure failures this backend
+  /// wants (nodes: its `retry_infra` and budget; others none).
+  virtual retry_settings retry_defaults() const;
 };
+
+/// `{"name": name, "settings": settings}` without the `operational` keys
+/// (those that only say where, how many or how patiently): the part of a
+/// grade identity that a block's settings make.
+json settings_identity(const std::string& name, json settings,
+                       std::initializer_list<const char*> operational);
 
 /// The provider block of a JSON or YAML file (messages/config_file.hpp), or
 /// `{"local": {}}` for an empty path; `file` keeps where each value came

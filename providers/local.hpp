@@ -182,6 +182,17 @@ provider_actor spawn_local_provider(caf::actor_system& sys,
 /// scheduler thread. Idempotent.
 void shut_down_local_registry(local_registry& registry);
 
+/// What decides the grade of a command `python` (a submission's
+/// `config.python`) on `registry`'s sandboxes, for the result cache's key:
+/// the provider's interpreter (its real path, size, mtime, inode and
+/// `sys.version`, found when the registry was made) for the name it maps
+/// (`python`, `python3` and its `python` setting); for any other name, the
+/// program that name finds on the sandboxes' PATH (or its absolute path):
+/// real path, size, mtime and inode. Stats files: call it off the
+/// scheduler threads.
+json local_interpreter_identity(const local_registry& registry,
+                                const std::string& python);
+
 /// The counters of `registry`.
 local_registry_stats local_registry_counters(const local_registry& registry);
 

@@ -28,19 +28,14 @@ verification_request base_request() {
   return req;
 }
 
-provider_block local_block() {
-  provider_block b;
-  b.name = "local";
-  b.settings = {{"isolation", "bwrap"},
-                {"max_processes", 64},
-                {"root", "/var/tmp/a"},
-                {"io_threads", 4}};
-  return b;
+/// A provider's grade identity (provider_backend::grade_identity).
+json some_identity() {
+  return settings_identity("local", {{"isolation", "bwrap"}}, {});
 }
 
 std::string key_of(const verification_request& req,
-                   const provider_block& block = local_block()) {
-  return cache_key(req, provider_identity(block));
+                   const json& identity = some_identity()) {
+  return cache_key(req, identity);
 }
 
 struct temp_dir {
@@ -106,27 +101,92 @@ TEST_CASE("the cache key ignores ids and metadata") {
   CHECK(key_of(req) == key);
 }
 
-TEST_CASE("the cache key covers the provider's isolation and limits, not "
-          "its paths and threads") {
+TEST_CASE("the cache key changes with the provider's grade identity") {
   auto key = key_of(base_request());
-  auto block = local_block();
-  block.settings["root"] = "/elsewhere";
-  block.settings["io_threads"] = 8;
-  block.settings["stop_attempts"] = 2;
-  block.default_metadata = {{"grader", "ci"}};
-  CHECK(key_of(base_request(), block) == key);
-  for (auto [name, value] : {std::pair<const char*, json>{"isolation", "none"},
-                             {"max_processes", 65},
-                             {"default_memory_mib", 256},
-                             {"python", "/usr/bin/python3"}}) {
-    INFO(name);
-    auto changed = local_block();
-    changed.settings[name] = value;
-    CHECK(key_of(base_request(), changed) != key);
-  }
-  auto other = local_block();
-  other.name = "scripted";
-  CHECK(key_of(base_request(), other) != key);
+  CHECK(key_of(base_request(), some_identity()) == key);
+  CHECK(key_of(base_request(),
+               settings_identity("local", {{"isolation", "none"}}, {})) != key);
+  CHECK(key_of(base_request(),
+               settings_identity("scripted", {{"isolation", "bwrap"}}, {})) !=
+        key);
+}
+
+namespace {
+
+/// A local backend on its own root (isolation none) with `settings`.
+std::shared_ptr<provider_backend>
+local_backend(const temp_dir& tmp, const std::string& root, json settings) {
+  settings["root"] = tmp.file(root.c_str());
+  settings["isolation"] = "none";
+  settings["warm_pool"] = 0;
+  return prepare_provider(
+    parse_provider_block(json{{"local", std::move(settings)}}));
+}
+
+json identity_of(const provider_backend& backend, const std::string& python) {
+  verification_config cfg;
+  cfg.python = python;
+  return backend.grade_identity(cfg);
+}
+
+} // namespace
+
+TEST_CASE("a local backend's grade identity: its isolation and limits and "
+          "the interpreter python3 resolves to, not its paths and threads") {
+  temp_dir tmp;
+  namespace fs = std::filesystem;
+  // `py` is the provider's python setting, a symlink: first to the
+  // interpreter the tests run, then to a copy of it (another install, as a
+  // pyenv switch makes it); the submissions say "python3" throughout.
+  auto real = fs::canonical(SV_PYTHON).string();
+  auto link = tmp.file("py");
+  fs::create_symlink(real, link);
+  json settings{{"python", link}};
+  auto a = local_backend(tmp, "r1", settings);
+  auto id = identity_of(*a, "python3");
+  CHECK(id["name"] == "local");
+  CHECK(id["interpreter"]["path"] == real);
+  CHECK(id["interpreter"]["version"].get<std::string>().rfind("3.", 0) == 0);
+  CHECK(id == identity_of(*a, "python"));
+  CHECK(id == identity_of(*a, link)); // its own setting's name
+  // Paths, threads and patience do not decide a grade.
+  auto b = local_backend(tmp, "r2",
+                         json{{"python", link},
+                              {"io_threads", 2},
+                              {"stop_attempts", 2},
+                              {"warm_pool_start", false}});
+  auto id_b = identity_of(*b, "python3");
+  CHECK(id_b["interpreter"] == id["interpreter"]);
+  id_b["settings"].erase("io_threads");
+  id_b["settings"].erase("stop_attempts");
+  id_b["settings"].erase("warm_pool_start");
+  CHECK(id_b == id);
+  CHECK(key_of(base_request(), identity_of(*b, "python3")) ==
+        key_of(base_request(), id));
+  // A limit does.
+  auto c =
+    local_backend(tmp, "r3", json{{"python", link}, {"max_processes", 65}});
+  CHECK(key_of(base_request(), identity_of(*c, "python3")) !=
+        key_of(base_request(), id));
+  // The same name, another interpreter: another key.
+  auto copy = tmp.file("copy-python3");
+  fs::copy_file(real, copy);
+  fs::permissions(copy, fs::perms::owner_all);
+  fs::remove(link);
+  fs::create_symlink(copy, link);
+  auto d = local_backend(tmp, "r4", settings);
+  auto id_d = identity_of(*d, "python3");
+  CHECK(id_d["interpreter"]["path"] == copy);
+  CHECK(id_d["settings"] == id["settings"]);
+  CHECK(key_of(base_request(), id_d) != key_of(base_request(), id));
+  // A name the provider does not map: the program it finds, by file.
+  auto other = identity_of(*d, real);
+  CHECK(other["interpreter"]["path"] == real);
+  CHECK(!other["interpreter"].contains("version"));
+  a->shut_down();
+  b->shut_down();
+  c->shut_down();
+  d->shut_down();
 }
 
 TEST_CASE("the cache stores and finds results, and counts") {

@@ -398,6 +398,32 @@ TEST_CASE("remote: create, status, upload, exec, download and stop on "
   CHECK(code_of(after.error()) == provider_errc::no_such_sandbox);
 }
 
+TEST_CASE("remote: the grade identity is the far side's, not the url, "
+          "connections or timeout_s") {
+  serve_process server{
+    json{{"scripted", json{{"ledger_file", "/dev/null"}, {"seed", 3}}}}};
+  verification_config cfg;
+  auto far = json{{"name", "scripted"}, {"settings", {{"seed", 3}}}};
+  remote_fixture a{settings_for(server)};
+  auto id = a.backend->grade_identity(cfg);
+  CHECK(id == json{{"name", "remote"}, {"far", far}});
+  remote_fixture b{settings_for(
+    server, json{{"connections", 3}, {"timeout_s", 7}, {"exec_grace_s", 2}})};
+  CHECK(b.backend->grade_identity(cfg) == id);
+  // The same server under another name of it.
+  auto port = server.url().substr(17);
+  remote_fixture c{json{{"url", "http://localhost:" + port}}};
+  CHECK(c.backend->grade_identity(cfg) == id);
+}
+
+TEST_CASE("remote: no grade identity from a server that cannot tell is an "
+          "error (graded without the cache), never a guess") {
+  remote_fixture f{json{{"url", "http://127.0.0.1:1"}, {"timeout_s", 2}}};
+  verification_config cfg;
+  CHECK_THROWS_WITH(f.backend->grade_identity(cfg),
+                    Catch::Contains("/v1/identity"));
+}
+
 TEST_CASE("remote: an exec that overruns its timeout is error_type timeout") {
   serve_process server{local_block()};
   remote_fixture f{settings_for(server)};

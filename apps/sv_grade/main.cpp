@@ -213,7 +213,7 @@ make_supervisor_config(const cli_options& opts, const provider_block& block,
   cfg.max_creating = opts.max_creating;
   cfg.default_metadata = block.default_metadata;
   // Read (and checked) with the block already; nodes retry, others do not.
-  cfg.retry = retry_settings_of(block.name, block.settings);
+  cfg.retry = backend->retry_defaults();
   json_limits limits;
   limits.max_depth = opts.max_json_depth;
   cfg.parser = [limits](const std::string& text, json& result,
@@ -524,8 +524,12 @@ int run(cli_options opts, terminal_bar& bar) {
   if (cache) {
     json_limits limits;
     limits.max_depth = opts.max_json_depth;
-    front = spawn_cache_front(sys, supervisor, cache, provider_identity(block),
-                              limits);
+    front = spawn_cache_front(
+      sys, supervisor, cache,
+      [backend](const verification_config& c) {
+        return backend->grade_identity(c);
+      },
+      limits);
   }
   auto driver = spawn_batch_driver(sys, front, writer);
   spdlog::info("grading on provider {} with concurrency {}", block.name,
@@ -593,7 +597,8 @@ int main(int argc, char** argv) {
   // a bar there would interleave with it, so it is not drawn when the
   // output goes to a pipe (a file or the terminal keep it).
   struct stat out_st {};
-  bool output_piped = opts.output == "-" && fstat(STDOUT_FILENO, &out_st) == 0 &&
+  bool output_piped = opts.output == "-" &&
+                      fstat(STDOUT_FILENO, &out_st) == 0 &&
                       S_ISFIFO(out_st.st_mode);
   terminal_bar bar{isatty(STDERR_FILENO) == 1 && !output_piped &&
                    spdlog::level::from_str(opts.log_level) >

@@ -383,7 +383,7 @@ int run(const cli_options& opts) {
   scfg.max_creating = opts.max_creating;
   scfg.max_queue = opts.max_queue;
   scfg.default_metadata = block.default_metadata;
-  scfg.retry = retry_settings_of(block.name, block.settings);
+  scfg.retry = backend->retry_defaults();
   json_limits limits;
   limits.max_depth = opts.max_json_depth;
   scfg.parser = [limits](const std::string& text, json& result,
@@ -407,12 +407,19 @@ int run(const cli_options& opts) {
   serve::server_context ctx;
   ctx.sandboxes = &sandboxes;
   ctx.sys = &sys;
+  ctx.grade_identity = [backend](const verification_config& c) {
+    return backend->grade_identity(c);
+  };
   ctx.supervisor = supervisor;
   if (cache) {
     // Requests reach the supervisor through the cache's front (a detached
     // actor that dies with the supervisor).
-    ctx.supervisor = spawn_cache_front(sys, supervisor, cache,
-                                       provider_identity(block), limits);
+    ctx.supervisor = spawn_cache_front(
+      sys, supervisor, cache,
+      [backend](const verification_config& c) {
+        return backend->grade_identity(c);
+      },
+      limits);
     counters.track_cache([cache] {
       auto& c = cache->counters();
       return serve::metrics::cache_counts{c.hits, c.misses};

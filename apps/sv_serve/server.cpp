@@ -2,6 +2,7 @@
 
 #include "apps/sv_serve/bridge.hpp"
 #include "apps/sv_serve/compat_routes.hpp"
+#include "apps/sv_serve/sandbox_wire.hpp"
 #include "apps/sv_serve/sandboxes.hpp"
 #include "messages/batch_format.hpp"
 
@@ -79,6 +80,7 @@ private:
 enum class route {
   healthz,
   metrics,
+  identity,
   verify,
   verify_batch,
   sandboxes,
@@ -92,6 +94,8 @@ route route_of(beast::string_view target) {
     return route::healthz;
   if (path == "/metrics")
     return route::metrics;
+  if (path == "/v1/identity")
+    return route::identity;
   if (path == "/v1/verify")
     return route::verify;
   if (path == "/v1/verify/batch")
@@ -107,6 +111,7 @@ bool allowed(route r, http::verb v) {
   switch (r) {
   case route::healthz:
   case route::metrics:
+  case route::identity:
     return v == http::verb::get || v == http::verb::head;
   case route::verify:
   case route::verify_batch:
@@ -122,7 +127,8 @@ const char* allow_of(route r) {
 
 bool needs_token(route r) {
   return r == route::verify || r == route::verify_batch ||
-         r == route::sandboxes || r == route::compat || r == route::metrics;
+         r == route::sandboxes || r == route::compat || r == route::metrics ||
+         r == route::identity;
 }
 
 /// Every error of sv-serve: {"error": {"code": ..., "message": ...}}.
@@ -310,6 +316,8 @@ private:
       return respond(http::status::ok, "ok\n", "text/plain");
     case route::metrics:
       return serve_metrics();
+    case route::identity:
+      return serve_identity();
     case route::verify:
     case route::verify_batch:
       if (st_->draining)
@@ -323,6 +331,31 @@ private:
     default:
       return respond(http::status::not_found,
                      error_body("no_such_endpoint", "no such endpoint"));
+    }
+  }
+
+  /// GET /v1/identity?python=P: what this server's backend contributes to
+  /// a result cache key (the remote provider's grade identity). Answered
+  /// here: the backend keeps each answer after the first (a few stats).
+  void serve_identity() {
+    auto target = std::string{parser_->get().target()};
+    auto q = target.find('?');
+    verification_config cfg;
+    if (q != std::string::npos &&
+        !query_value(target.substr(q + 1), "python", cfg.python))
+      return respond(
+        http::status::bad_request,
+        error_body("invalid_request", "python: a bad escape in the query"));
+    if (cfg.python.empty() || !st_->ctx.grade_identity)
+      return respond(http::status::bad_request,
+                     error_body("invalid_request", "python: missing"));
+    try {
+      return respond(http::status::ok,
+                     json{{"identity", st_->ctx.grade_identity(cfg)}}.dump() +
+                       "\n");
+    } catch (const std::exception& e) {
+      return respond(http::status::internal_server_error,
+                     error_body("internal", e.what()));
     }
   }
 

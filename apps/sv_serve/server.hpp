@@ -62,6 +62,8 @@ struct server_context {
   sandbox_api* sandboxes = nullptr;
   /// SandboxFusion's and NeMo-Skills' routes (none: they are 404).
   compat_routes* compat = nullptr;
+  /// The backend's grade identity (GET /v1/identity; none: 400).
+  std::function<json(const verification_config&)> grade_identity;
   /// How long that shutdown may take.
   std::chrono::milliseconds sandboxes_stop_timeout = std::chrono::seconds{30};
   /// Where `listening on HOST:PORT` goes once connections are accepted.

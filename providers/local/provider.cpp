@@ -20,6 +20,7 @@
 #include "providers/local/isolation.hpp"
 #include "providers/local/reaper.hpp"
 #include "providers/local/registry.hpp"
+#include "providers/local/sandbox/launch_plan.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -366,6 +367,26 @@ std::string prepare_root(const std::string& configured) {
   return root;
 }
 
+/// What a program file is: its real path, size, mtime and inode (a new
+/// install, a switched symlink or an edited wrapper changes one of them).
+json file_identity(const std::string& path) {
+  char* real = ::realpath(path.c_str(), nullptr);
+  if (real == nullptr)
+    return json{{"path", path}, {"missing", std::strerror(errno)}};
+  std::string resolved{real};
+  std::free(real);
+  struct stat st {};
+  if (::stat(resolved.c_str(), &st) != 0)
+    return json{{"path", resolved}, {"missing", std::strerror(errno)}};
+  return json{
+    {"path", resolved},
+    {"size", static_cast<int64_t>(st.st_size)},
+    {"mtime_ns",
+     static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec},
+    {"inode", static_cast<uint64_t>(st.st_ino)},
+    {"device", static_cast<uint64_t>(st.st_dev)}};
+}
+
 /// Runs the last release of registries that were not shut down, each on a
 /// thread of its own (whoever drops the last reference, a scheduler thread
 /// say, never blocks), and joins those threads at the latest at exit.
@@ -419,6 +440,8 @@ std::shared_ptr<local_registry> make_local_registry(local_provider_config cfg) {
   settings.python_name = cfg.python;
   auto python = detail::resolve_python_install(cfg.python);
   settings.python_path = python.executable;
+  settings.interpreter = file_identity(python.executable);
+  settings.interpreter["version"] = python.version;
   settings.max_download_bytes = cfg.max_download_bytes;
   settings.io_threads = cfg.io_threads;
   settings.stop_attempts =
@@ -469,6 +492,19 @@ provider_actor spawn_local_provider(caf::actor_system& sys,
 
 void shut_down_local_registry(local_registry& registry) {
   registry.shutdown();
+}
+
+json local_interpreter_identity(const local_registry& registry,
+                                const std::string& python) {
+  if (python == registry.python_name() || python == "python3" ||
+      python == "python")
+    return registry.interpreter();
+  auto path = python.find('/') != std::string::npos
+                ? python
+                : detail::find_program(python, detail::sandbox_path);
+  if (path.empty())
+    return json{{"name", python}, {"missing", "not on the sandbox's PATH"}};
+  return file_identity(path);
 }
 
 local_registry_stats local_registry_counters(const local_registry& registry) {

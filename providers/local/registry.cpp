@@ -843,6 +843,14 @@ const local_ceilings& local_registry::ceilings() const {
   return impl_->cfg.ceilings;
 }
 
+const std::string& local_registry::python_name() const {
+  return impl_->cfg.python_name;
+}
+
+const json& local_registry::interpreter() const {
+  return impl_->cfg.interpreter;
+}
+
 local_registry_stats local_registry::stats() const {
   std::lock_guard<std::mutex> guard{impl_->mtx};
   auto out = impl_->counters;

@@ -50,6 +50,9 @@ struct registry_settings {
   std::function<caf::error(const std::string&)> stop_fault;
   /// What a spec may ask for (checked by the provider actor).
   local_ceilings ceilings;
+  /// What `python_name` (and python3, python) runs: its real path, file
+  /// identity and version (local_interpreter_identity).
+  json interpreter;
 };
 
 } // namespace detail
@@ -111,6 +114,11 @@ public:
 
   /// What a spec may ask for.
   const local_ceilings& ceilings() const;
+
+  /// The provider's interpreter: the name it maps (`python_name`) and what
+  /// it runs (registry_settings::interpreter).
+  const std::string& python_name() const;
+  const json& interpreter() const;
 
   /// Stops every sandbox (a last try for those whose stop failed) and joins
   /// the I/O threads. Blocks for up to about 30 s: never call it on a CAF

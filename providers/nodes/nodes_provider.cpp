@@ -902,8 +902,23 @@ caf::behavior nodes_provider(self_ptr self, nodes_settings settings,
 class nodes_backend : public provider_backend {
 public:
   explicit nodes_backend(const json& settings)
-      : settings_(parse_nodes_settings(settings)) {
+      : settings_(parse_nodes_settings(settings)),
+        identity_(settings_identity(
+          "nodes", settings,
+          {"tls", "connect_timeout_s", "queue_timeout_s", "max_queue"})) {
     // nop
+  }
+
+  json grade_identity(const verification_config&) const override {
+    return identity_;
+  }
+
+  retry_settings retry_defaults() const override {
+    retry_settings out;
+    out.max_retries = static_cast<uint32_t>(settings_.retry_infra);
+    out.budget_ratio = settings_.retry_budget_ratio;
+    out.budget_burst = settings_.retry_budget_burst;
+    return out;
   }
 
   provider_actor spawn(caf::actor_system& sys) const override {
@@ -917,6 +932,7 @@ public:
 
 private:
   nodes_settings settings_;
+  json identity_;
 };
 
 } // namespace
@@ -1017,18 +1033,6 @@ nodes_settings parse_nodes_settings(const json& j) {
                               " (\"insecure\": true)");
   if (out.tls.enabled() && out.insecure)
     throw json_error("insecure", "tls and insecure exclude each other");
-  return out;
-}
-
-retry_settings retry_settings_of(const std::string& provider,
-                                 const json& settings) {
-  retry_settings out;
-  if (provider != "nodes")
-    return out; // no retries
-  auto parsed = parse_nodes_settings(settings);
-  out.max_retries = static_cast<uint32_t>(parsed.retry_infra);
-  out.budget_ratio = parsed.retry_budget_ratio;
-  out.budget_burst = parsed.retry_budget_burst;
   return out;
 }
 

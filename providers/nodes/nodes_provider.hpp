@@ -50,12 +50,6 @@ struct nodes_settings {
   double retry_budget_burst = 10;
 };
 
-/// The supervisor's retry settings for a provider block: a `nodes` block's
-/// `retry_infra` (default 1) and budget; none for any other provider.
-/// Throws json_error for a bad nodes block.
-retry_settings retry_settings_of(const std::string& provider,
-                                 const json& settings);
-
 /// Parses the settings of a `nodes` block. Throws json_error.
 nodes_settings parse_nodes_settings(const json& settings);
 

@@ -27,6 +27,9 @@
 #include <caf/stateful_actor.hpp>
 #include <chrono>
 #include <fstream>
+#include <future>
+#include <map>
+#include <mutex>
 #include <spdlog/spdlog.h>
 #include <stdexcept>
 #include <unordered_map>
@@ -343,8 +346,39 @@ public:
 
   void shut_down() override { client_->pool.shut_down(); }
 
+  // What grades here is what the far sv-serve's backend runs: asked once
+  // per python name (blocking this caller's thread, never the pool's).
+  // Where, how many and how patiently (url, connections, timeout_s, ...) are
+  // not part of it.
+  json grade_identity(const verification_config& c) const override {
+    {
+      std::lock_guard<std::mutex> guard{mtx_};
+      if (auto i = identities_.find(c.python); i != identities_.end())
+        return i->second;
+    }
+    auto done = std::make_shared<std::promise<http_outcome>>();
+    auto answer = done->get_future();
+    auto req = make_identity(*client_->cfg, c.python);
+    auto patience = req.deadline + std::chrono::seconds{5};
+    client_->pool.submit(std::move(req), [done](http_outcome out) {
+      done->set_value(std::move(out));
+    });
+    if (answer.wait_for(patience) != std::future_status::ready)
+      throw std::runtime_error("remote provider: no answer to GET "
+                               "/v1/identity from " +
+                               client_->cfg->url);
+    auto far = read_identity(*client_->cfg, answer.get());
+    if (!far)
+      throw std::runtime_error("remote provider: " + describe(far.error()));
+    json out{{"name", "remote"}, {"far", std::move(*far)}};
+    std::lock_guard<std::mutex> guard{mtx_};
+    return identities_.emplace(c.python, std::move(out)).first->second;
+  }
+
 private:
   std::shared_ptr<remote_client> client_;
+  mutable std::mutex mtx_;
+  mutable std::map<std::string, json> identities_;
 };
 
 } // namespace

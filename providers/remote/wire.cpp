@@ -197,6 +197,14 @@ http_request make_status(const remote_provider_config& cfg,
   return r;
 }
 
+http_request make_identity(const remote_provider_config& cfg,
+                           const std::string& python) {
+  auto r = base(cfg, "GET", "/v1/identity?python=" + percent_encode(python),
+                cfg.timeout_s);
+  r.idempotent = true;
+  return r;
+}
+
 http_request make_upload(const remote_provider_config& cfg,
                          const std::string& id, const std::string& dir,
                          const file_map& files) {
@@ -346,6 +354,31 @@ caf::expected<std::string> read_download(const remote_provider_config& cfg,
   if (!out.ok || out.response.status != 200)
     return error_of(remote_op::download, cfg, out);
   return std::move(out.response.body);
+}
+
+caf::expected<json> read_identity(const remote_provider_config& cfg,
+                                  const http_outcome& out) {
+  auto what = server(cfg) + " answered GET /v1/identity ";
+  if (!out.ok)
+    return make_error(provider_errc::sandbox_error,
+                      server(cfg) +
+                        ": GET /v1/identity failed: " + out.message);
+  if (out.response.status != 200)
+    return make_error(provider_errc::sandbox_error,
+                      what + "with status " +
+                        std::to_string(out.response.status) + ": " +
+                        truncate_for_message(out.response.body));
+  json_limits limits;
+  limits.max_depth = max_answer_depth;
+  json j;
+  if (auto problem = parse_bounded(out.response.body, j, limits);
+      !problem.empty())
+    return make_error(provider_errc::sandbox_error,
+                      what + "with JSON that does not parse: " + problem);
+  auto i = j.is_object() ? j.find("identity") : j.end();
+  if (i == j.end())
+    return make_error(provider_errc::sandbox_error, what + "without identity");
+  return json(*i);
 }
 
 } // namespace sv::remote

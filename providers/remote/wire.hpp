@@ -48,6 +48,10 @@ http_request make_download(const remote_provider_config& cfg,
                            const std::string& id, const std::string& path);
 http_request make_stop(const remote_provider_config& cfg,
                        const std::string& id);
+/// `GET /v1/identity?python=P`: what the far side's backend contributes to
+/// a result cache key for a submission whose `config.python` is `python`.
+http_request make_identity(const remote_provider_config& cfg,
+                           const std::string& python);
 
 // -- answers ------------------------------------------------------------------
 //
@@ -83,5 +87,10 @@ caf::expected<exec_result> read_exec(const remote_provider_config& cfg,
                                      const http_outcome& out);
 caf::expected<std::string> read_download(const remote_provider_config& cfg,
                                          http_outcome& out);
+
+/// The `identity` of a 200 answer to make_identity; an error naming the
+/// server otherwise (an sv-serve without the route answers 404).
+caf::expected<json> read_identity(const remote_provider_config& cfg,
+                                  const http_outcome& out);
 
 } // namespace sv::remote

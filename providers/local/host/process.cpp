@@ -273,7 +273,8 @@ python_install resolve_python_install(const std::string& python) {
   spec.argv = {path, "-c",
                "import os, sys; print(sys.executable); "
                "print(os.path.dirname(os.path.realpath(sys.executable))); "
-               "print(sys.prefix); print(sys.base_prefix)"};
+               "print(sys.prefix); print(sys.base_prefix); "
+               "print(sys.version.replace('\\n', ' '))"};
   // A pyenv shim needs the service's own environment to find its version.
   spec.inherit_env = true;
   spec.new_process_group = false;
@@ -297,12 +298,14 @@ python_install resolve_python_install(const std::string& python) {
     throw std::runtime_error("local provider: python \"" + python +
                              "\" reports sys.executable \"" + exe +
                              "\", which is not an executable absolute path");
-  python_install out_install{exe, {}};
+  python_install out_install{exe, {}, {}};
   auto slash = exe.rfind('/');
   out_install.roots.push_back(slash == 0 ? "/" : exe.substr(0, slash));
-  for (size_t i = 1; i < lines.size(); ++i)
+  for (size_t i = 1; i < lines.size() && i < 4; ++i)
     if (!lines[i].empty() && lines[i].front() == '/')
       out_install.roots.push_back(lines[i]);
+  if (lines.size() > 4)
+    out_install.version = lines[4];
   return out_install;
 }
 

@@ -75,6 +75,8 @@ struct python_install {
   /// Its directory (before and after resolving symlinks), `sys.prefix` and
   /// `sys.base_prefix`: what a sandbox must see to run it.
   std::vector<std::string> roots;
+  /// `sys.version` (one line).
+  std::string version;
 };
 
 /// Like `resolve_python`, with the directories the interpreter needs.
