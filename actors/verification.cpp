@@ -684,8 +684,19 @@ void enter_upload(self_ptr self) {
   });
   ask(self, upload_atom::value, st.handle, st.call_dir, std::move(files))
     .then(in_state(self, [=](ok_atom) { enter_exec(self); }),
-          in_state(
-            self, [=](caf::error& err) { fail_provider(self, err, timeout); }));
+          in_state(self, [=](caf::error& err) {
+            // The files' paths were checked before create: a path the
+            // sandbox refuses is the work_dir's (an absolute directory it
+            // cannot write), the request's fault.
+            if (provider_error_code(err) ==
+                static_cast<uint8_t>(provider_errc::invalid_path))
+              fail(self, failure_kind::invalid_request,
+                   failure_cause::invalid_request,
+                   "work_dir \"" + self->state.plan.work_dir +
+                     "\": " + describe(err));
+            else
+              fail_provider(self, err, timeout);
+          }));
 }
 
 /// What an exec result means for the verification.

@@ -1,5 +1,7 @@
 #include "cache/result_cache.hpp"
 
+#include "messages/json.hpp"
+
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -24,7 +26,7 @@ std::string cache_key_text(const verification_request& req,
   config.erase("metadata");
   json doc{{"format", key_format},
            {"provider", provider},
-           {"files", req.files},
+           {"files", files_to_json(req.files)},
            {"request", req.request},
            {"exec_timeout_s", req.exec_timeout_s},
            {"work_dir", req.work_dir},

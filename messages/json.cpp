@@ -1,5 +1,7 @@
 #include "messages/json.hpp"
 
+#include "messages/base64.hpp"
+
 #include <cmath>
 #include <initializer_list>
 #include <string_view>
@@ -353,7 +355,7 @@ void from_json(const json& j, verification_config& x) {
 void to_json(json& j, const verification_request& x) {
   j = json{{"id", x.id},
            {"config", x.config},
-           {"files", x.files},
+           {"files", files_to_json(x.files)},
            {"request", x.request},
            {"exec_timeout_s", x.exec_timeout_s},
            {"metadata", x.metadata},
@@ -369,13 +371,96 @@ void from_json(const json& j, verification_request& x) {
   if (x.id.empty())
     throw json_error("id", "must not be empty");
   field(j, "config", x.config);
-  required(j, "files", x.files);
+  auto files = j.find("files");
+  if (files == j.end())
+    throw json_error("files", "missing required field");
+  try {
+    files_from_json(*files, x.files);
+  } catch (const json_error& e) {
+    throw json_error(join_path("files", e.path()), e.reason());
+  }
   required(j, "request", x.request);
   if (field(j, "exec_timeout_s", x.exec_timeout_s))
     check_timeout("exec_timeout_s", x.exec_timeout_s);
   if (field(j, "metadata", x.metadata) && !x.metadata.is_object())
     throw json_error("metadata", "expected an object");
   field(j, "work_dir", x.work_dir);
+}
+
+// -- files --------------------------------------------------------------------
+
+bool is_utf8(std::string_view text) {
+  auto* p = reinterpret_cast<const unsigned char*>(text.data());
+  auto* end = p + text.size();
+  while (p < end) {
+    auto c = *p;
+    if (c < 0x80) {
+      ++p;
+      continue;
+    }
+    size_t n = 0;
+    uint32_t cp = 0;
+    if ((c & 0xE0) == 0xC0) {
+      n = 1;
+      cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      n = 2;
+      cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      n = 3;
+      cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (static_cast<size_t>(end - p) <= n)
+      return false;
+    for (size_t i = 1; i <= n; ++i) {
+      if ((p[i] & 0xC0) != 0x80)
+        return false;
+      cp = (cp << 6) | (p[i] & 0x3F);
+    }
+    static constexpr uint32_t min_of[] = {0, 0x80, 0x800, 0x10000};
+    if (cp < min_of[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+      return false;
+    p += n + 1;
+  }
+  return true;
+}
+
+json files_to_json(const file_map& files) {
+  auto out = json::object();
+  for (auto& [path, content] : files)
+    if (is_utf8(content))
+      out[path] = content;
+    else
+      out[path] = json{{"base64", base64_encode(content)}};
+  return out;
+}
+
+void files_from_json(const json& j, file_map& out) {
+  if (!j.is_object())
+    fail_type(j, "an object of file contents (strings or {\"base64\": ...})");
+  out.clear();
+  for (auto& [key, value] : j.items()) {
+    if (value.is_string()) {
+      out.emplace(key, value.get_ref<const std::string&>());
+      continue;
+    }
+    if (!value.is_object() || value.size() != 1 || !value.contains("base64"))
+      throw json_error(
+        key, std::string{"expected a string (text) or "
+                         "{\"base64\": \"...\"} (bytes), got "} +
+               (value.is_object() ? "another object" : value.type_name()));
+    auto& text = value.at("base64");
+    if (!text.is_string())
+      throw json_error(key + ".base64", std::string{"expected a string, got "} +
+                                          text.type_name());
+    std::string bytes;
+    std::string why;
+    if (!base64_decode(text.get_ref<const std::string&>(), bytes, why))
+      throw json_error(key + ".base64", "not base64: " + why);
+    out.emplace(key, std::move(bytes));
+  }
 }
 
 void to_json(json& j, const verification_failure& x) {

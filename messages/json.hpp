@@ -34,6 +34,19 @@ private:
 void check_object(const json& j, const char* type,
                   std::initializer_list<std::string_view> allowed);
 
+/// Whether `text` is valid UTF-8 (no overlong forms, no surrogates, at
+/// most U+10FFFF).
+bool is_utf8(std::string_view text);
+
+/// A `files` object: each file's content a JSON string when it is valid
+/// UTF-8, else `{"base64": "..."}` (its bytes, RFC 4648).
+json files_to_json(const file_map& files);
+
+/// Reads a `files` object whose values are each a string (the file's text)
+/// or `{"base64": "..."}` (its bytes). Throws `json_error` naming the file
+/// ("a.bin.base64: not base64: ...").
+void files_from_json(const json& j, file_map& out);
+
 void to_json(json& j, const sandbox_resources& x);
 void from_json(const json& j, sandbox_resources& x);
 void to_json(json& j, const sandbox_spec& x);

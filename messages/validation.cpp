@@ -26,6 +26,12 @@ bool is_confined_path(std::string_view path) {
   }
 }
 
+bool is_path_in_sandbox(std::string_view path) {
+  if (!path.empty() && path.front() == '/')
+    path.remove_prefix(1);
+  return is_confined_path(path);
+}
+
 bool is_loader_variable(std::string_view name) {
   // glibc's list of variables it drops for setuid programs (unsecvars.h),
   // less TMPDIR and TZDIR, which steer no loading: a runner may set them.
@@ -148,8 +154,18 @@ std::string validate(const verification_request& req) {
   }
   if (auto err = check_file_tree(req.files); !err.empty())
     return err;
-  if (auto why = path_problem(req.work_dir); !why.empty())
+  // Relative to the sandbox's workdir, or an absolute directory in the
+  // sandbox (the seed's "/sandbox"): its provider says whether it can
+  // write there (an upload refused `invalid_path` is `invalid_request`).
+  if (!is_path_in_sandbox(req.work_dir)) {
+    auto rest = std::string_view{req.work_dir};
+    if (!rest.empty() && rest.front() == '/')
+      rest.remove_prefix(1);
+    auto why = path_problem(rest);
+    if (why == "escapes the sandbox")
+      why += " (empty or '/', or a '.', '..' or empty component)";
     return "work_dir: " + quote_value(req.work_dir) + " " + why;
+  }
   if (auto err = check_env("config.env", req.config.env); !err.empty())
     return err;
   if (auto err = check_timeouts(req); !err.empty())

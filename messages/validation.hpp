@@ -42,6 +42,12 @@ inline constexpr size_t max_path_component = 255;
 /// longer than `max_path_component`.
 bool is_confined_path(std::string_view path);
 
+/// Whether `path` names a place in a sandbox: a confined path (relative to
+/// the sandbox's workdir) or an absolute one whose rest is confined ("/a/b";
+/// not "/" itself). Which absolute paths a sandbox can write is its
+/// provider's to say (the local provider: its workdir, /tmp, /dev/shm).
+bool is_path_in_sandbox(std::string_view path);
+
 /// Whether `name` can be an environment variable's name: not empty, no `=`,
 /// no NUL byte.
 bool is_env_name(std::string_view name);

@@ -264,3 +264,67 @@ TEST_CASE("a workdir the read-only host cannot hold is refused at create") {
   CHECK(f->sh(h, "pwd").stdout_text == "/tmp/work\n");
   f->stop_and_expect_gone(h);
 }
+
+TEST_CASE("absolute /tmp and /dev/shm paths are the sandbox's own, outlive "
+          "each command and stay confined") {
+  auto f = make_isolated();
+  temp_dir outside;
+  auto h = f->create();
+  auto other = f->create();
+  std::string bytes{"\0\xff\0bin\xfe\n", 8};
+  REQUIRE(f->upload(h, "/tmp/x", {{"bin.dat", bytes}}).value);
+  REQUIRE(f->upload(h, "/dev/shm", {{"s.dat", "shm"}}).value);
+  // The command sees them where they were put; its writes stay there.
+  auto r = f->sh(h, "wc -c < /tmp/x/bin.dat && cat /dev/shm/s.dat && "
+                    "echo made > /tmp/x/made.txt");
+  CHECK(r.stdout_text == "8\nshm");
+  CHECK(f->download(h, "/tmp/x/bin.dat").value == bytes);
+  CHECK(f->download(h, "/tmp/x/made.txt").value == "made\n");
+  // A call in /tmp: cwd and log there.
+  auto in_tmp =
+    f->exec(h, exec_request{{"sh", "-c", "pwd; cat bin.dat | wc -c"},
+                            "/tmp/x",
+                            {},
+                            30,
+                            "/tmp/x/run.log"});
+  REQUIRE(in_tmp.value);
+  CHECK(in_tmp.value->log_tail == "/tmp/x\n8\n");
+  // Another sandbox's /tmp is its own.
+  CHECK(f->download(other, "/tmp/x/bin.dat").code() ==
+        code(provider_errc::not_found));
+  // Escapes: '..' and symlinks the runner plants, named by their path.
+  auto dotdot = f->download(h, "/tmp/../etc/passwd");
+  CHECK(dotdot.code() == code(provider_errc::invalid_path));
+  CHECK(dotdot.message().find("\"/tmp/../etc/passwd\" escapes the sandbox") !=
+        std::string::npos);
+  REQUIRE(f->sh(h, "ln -s /etc /tmp/etc && ln -s " + outside.path +
+                     " /tmp/out && ln -s /etc/passwd /tmp/x/pw")
+            .return_code == 0);
+  auto link = f->download(h, "/tmp/etc/passwd");
+  CHECK(link.code() == code(provider_errc::invalid_path));
+  CHECK(link.message() == "/tmp/etc is a symlink, refusing to follow it");
+  auto final_link = f->download(h, "/tmp/x/pw");
+  CHECK(final_link.code() == code(provider_errc::not_regular_file));
+  CHECK(final_link.message() ==
+        "/tmp/x/pw is a symlink, refusing to follow it");
+  auto up = f->upload(h, "/tmp/out", {{"y.txt", "pwned"}});
+  CHECK(up.code() == code(provider_errc::invalid_path));
+  CHECK(up.message() == "/tmp/out is a symlink, refusing to follow it");
+  CHECK(!path_exists(outside.path + "/y.txt"));
+  f->stop_and_expect_gone(h);
+  f->stop_and_expect_gone(other);
+}
+
+TEST_CASE("a workdir below /tmp is the sandbox's directory, bound over its "
+          "/tmp") {
+  auto f = make_isolated();
+  sandbox_spec spec;
+  spec.workdir = "/tmp/work";
+  auto h = f->create_with(spec);
+  REQUIRE(f->upload(h, "/tmp/work/a", {{"f.txt", "in workdir"}}).value);
+  REQUIRE(f->upload(h, "/tmp/side", {{"g.txt", "in tmp"}}).value);
+  CHECK(read_text(f->dir_of(h) + "/a/f.txt") == "in workdir");
+  auto r = f->sh(h, "cat /tmp/work/a/f.txt a/f.txt /tmp/side/g.txt");
+  CHECK(r.stdout_text == "in workdirin workdirin tmp");
+  f->stop_and_expect_gone(h);
+}

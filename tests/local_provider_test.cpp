@@ -53,18 +53,55 @@ TEST_CASE_METHOD(fixture, "upload and download round trip in nested dirs") {
   CHECK(read_text(dir_of(h) + "/calls/c1/a.txt") == "bye");
 }
 
-TEST_CASE_METHOD(fixture, "paths with .. or absolute paths are invalid") {
+TEST_CASE_METHOD(fixture, "paths with .., or absolute outside the sandbox's "
+                          "writable places, are invalid") {
   auto h = create();
   auto invalid = code(provider_errc::invalid_path);
   CHECK(upload(h, "../escape", {{"x", "1"}}).code() == invalid);
-  CHECK(upload(h, "/tmp", {{"x", "1"}}).code() == invalid);
+  CHECK(upload(h, "/etc", {{"x", "1"}}).code() == invalid);
+  CHECK(upload(h, "/sandbox/../etc", {{"x", "1"}}).code() == invalid);
   CHECK(upload(h, "calls", {{"../../x", "1"}}).code() == invalid);
   CHECK(upload(h, "", {{"/etc/x", "1"}}).code() == invalid);
   CHECK(download(h, "/etc/passwd").code() == invalid);
   CHECK(download(h, "a/../../etc/passwd").code() == invalid);
   auto r = download(h, "../x");
   CHECK(r.message().find("\"../x\" escapes the sandbox") != std::string::npos);
+  auto usr = upload(h, "/usr/x", {{"f", "1"}});
+  CHECK(usr.code() == invalid);
+  CHECK(usr.message().rfind("\"/usr/x/f\" is not writable in the sandbox (",
+                            0) == 0);
+  auto cwd = exec(h, exec_request{{"true"}, "/usr", {}, 30, ""});
+  CHECK(cwd.code() == invalid);
+  CHECK(cwd.message().rfind("\"/usr\" is not writable in the sandbox", 0) == 0);
   CHECK(!exists(root.path + "/escape"));
+}
+
+TEST_CASE_METHOD(fixture, "absolute paths in the workdir are the sandbox's "
+                          "directory, for every call") {
+  // The spec's workdir (/sandbox): the directory itself under bwrap, an
+  // alias of the host directory without isolation.
+  auto h = create();
+  std::string bytes{"\0\xff\0bin\xfe", 7};
+  REQUIRE(upload(h, "/sandbox/abs/d", {{"b.bin", bytes}}).value);
+  CHECK(download(h, "abs/d/b.bin").value == bytes);
+  CHECK(download(h, "/sandbox/abs/d/b.bin").value == bytes);
+  CHECK(read_text(dir_of(h) + "/abs/d/b.bin") == bytes);
+  auto r = exec(h, exec_request{{"sh", "-c", "wc -c < b.bin > n.txt"},
+                                "/sandbox/abs/d",
+                                {},
+                                30,
+                                "/sandbox/abs/d/run.log"});
+  INFO(r.message());
+  REQUIRE(r.value);
+  CHECK(r.value->return_code == 0);
+  CHECK(download(h, "/sandbox/abs/d/n.txt").value == "7\n");
+  CHECK(exists(dir_of(h) + "/abs/d/run.log"));
+  auto dir = download(h, "/sandbox");
+  CHECK(dir.code() == code(provider_errc::invalid_path));
+  CHECK(dir.message() == "\"/sandbox\" is a directory");
+  auto missing = download(h, "/sandbox/abs/nothing");
+  CHECK(missing.code() == code(provider_errc::not_found));
+  CHECK(missing.message() == "/sandbox/abs/nothing does not exist");
 }
 
 TEST_CASE_METHOD(fixture, "download errors name the path") {

@@ -216,7 +216,8 @@ TEST_CASE("missing and mistyped fields name the field") {
         "id: expected a string, got number");
   CHECK(error_of<verification_request>(
           {{"id", "a"}, {"files", {{"x.py", 1}}}, {"request", 1}}) ==
-        "files.x.py: expected a string, got number");
+        "files.x.py: expected a string (text) or {\"base64\": \"...\"} "
+        "(bytes), got number");
   CHECK(error_of<verification_request>({{"id", "a"},
                                         {"files", json::object()},
                                         {"request", 1},
@@ -257,6 +258,61 @@ TEST_CASE("confined paths") {
   CHECK_FALSE(is_confined_path(std::string("a\0b", 3)));
 }
 
+TEST_CASE("paths in a sandbox: confined, or absolute with a confined rest") {
+  CHECK(is_path_in_sandbox("a/b"));
+  CHECK(is_path_in_sandbox("/sandbox"));
+  CHECK(is_path_in_sandbox("/tmp/x/bin.dat"));
+  CHECK_FALSE(is_path_in_sandbox("/"));
+  CHECK_FALSE(is_path_in_sandbox(""));
+  CHECK_FALSE(is_path_in_sandbox("//etc"));
+  CHECK_FALSE(is_path_in_sandbox("/tmp/../etc"));
+  CHECK_FALSE(is_path_in_sandbox("/tmp/"));
+}
+
+// -- files: text or {"base64": ...} -------------------------------------------
+
+TEST_CASE("files carry bytes as base64 and text as strings") {
+  std::string bytes{"\0\xff\x80" "bin\xfe", 7};
+  auto req = sample_request();
+  req.files["fixture.bin"] = bytes;
+  req.files["nul.txt"] = std::string{"a\0b", 3}; // valid UTF-8, with a NUL
+  json j = req;
+  CHECK(j["files"]["fixture.bin"] == json{{"base64", "AP+AYmlu/g=="}});
+  CHECK(j["files"]["nul.txt"] == std::string{"a\0b", 3});
+  CHECK(j["files"]["sandbox_runner.py"] == "print(1)");
+  // It dumps (nlohmann throws on invalid UTF-8) and reads back exactly.
+  auto back = json::parse(j.dump()).get<verification_request>();
+  CHECK(back.files == req.files);
+  CHECK(
+    error_of<verification_request>({{"id", "a"},
+                                    {"files", {{"x.bin", {{"base64", "AAA"}}}}},
+                                    {"request", 1}}) ==
+    "files.x.bin.base64: not base64: its length is not a multiple of 4");
+  CHECK(
+    error_of<verification_request>(
+      {{"id", "a"}, {"files", {{"x.bin", {{"base64", 1}}}}}, {"request", 1}}) ==
+    "files.x.bin.base64: expected a string, got number");
+  CHECK(error_of<verification_request>(
+          {{"id", "a"},
+           {"files", {{"x.bin", {{"base64", "AA=="}, {"mode", 1}}}}},
+           {"request", 1}}) ==
+        "files.x.bin: expected a string (text) or {\"base64\": \"...\"} "
+        "(bytes), got another object");
+}
+
+TEST_CASE("is_utf8 takes UTF-8 and nothing else") {
+  CHECK(is_utf8(""));
+  CHECK(is_utf8("plain"));
+  CHECK(is_utf8("\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80")); // é € 😀
+  CHECK(is_utf8(std::string{"\0", 1}));
+  CHECK_FALSE(is_utf8("\xff"));
+  CHECK_FALSE(is_utf8("\xc3"));             // cut
+  CHECK_FALSE(is_utf8("\xc0\xaf"));         // overlong '/'
+  CHECK_FALSE(is_utf8("\xed\xa0\x80"));     // a surrogate
+  CHECK_FALSE(is_utf8("\xf4\x90\x80\x80")); // past U+10FFFF
+  CHECK_FALSE(is_utf8("a\x80"));
+}
+
 TEST_CASE("validate names what is wrong with a submission") {
   auto req = sample_request();
   CHECK(validate(req).empty());
@@ -272,7 +328,21 @@ TEST_CASE("validate names what is wrong with a submission") {
                          "itself");
   bad = req;
   bad.work_dir = "../up";
-  CHECK(validate(bad) == "work_dir: \"../up\" escapes the sandbox");
+  CHECK(validate(bad) == "work_dir: \"../up\" escapes the sandbox (empty or "
+                         "'/', or a '.', '..' or empty component)");
+  for (auto dir : {"/", "/sandbox/../etc", "//x", "/a/./b", "/a/"}) {
+    bad.work_dir = dir;
+    CHECK(validate(bad) == "work_dir: \"" + std::string{dir} +
+                             "\" escapes the sandbox (empty or '/', or a '.', "
+                             "'..' or empty component)");
+  }
+  // The seed's absolute work_dir: whether the sandbox can write there is
+  // its provider's to say.
+  for (auto dir : {"/sandbox", "/tmp/work", "/usr/x", "calls/deep"}) {
+    auto ok = req;
+    ok.work_dir = dir;
+    CHECK(validate(ok).empty());
+  }
   bad = req;
   bad.config.stop_timeout_s = 0;
   CHECK(validate(bad) ==

@@ -165,6 +165,16 @@ TEST_CASE("idempotency keys are 1 to 200 characters of [A-Za-z0-9._:-]") {
   CHECK_FALSE(valid_idempotency_key("\xc3\xa9"));
 }
 
+TEST_CASE("media types match without case or parameters") {
+  CHECK(is_media_type("application/octet-stream", "application/octet-stream"));
+  CHECK(is_media_type(" Application/Octet-Stream ; x=1",
+                      "application/octet-stream"));
+  CHECK_FALSE(is_media_type("application/json", "application/octet-stream"));
+  CHECK_FALSE(is_media_type("", "application/octet-stream"));
+  CHECK_FALSE(
+    is_media_type("application/octet-streams", "application/octet-stream"));
+}
+
 TEST_CASE("the sandbox API's paths") {
   CHECK(is_sandbox_path("/v1/sandboxes"));
   CHECK(is_sandbox_path("/v1/sandboxes/"));

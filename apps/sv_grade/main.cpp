@@ -109,7 +109,8 @@ std::optional<int> parse_cli(int argc, char** argv, cli_options& opts) {
   app.add_option("--provider-config", opts.provider_config,
                  "JSON or YAML provider block file (default: {\"local\": {}})");
   app.add_option("--work-dir", opts.work_dir,
-                 "work_dir of lines that set none (sandbox-relative)");
+                 "work_dir of lines that set none (relative to the sandbox's "
+                 "workdir, or an absolute directory in the sandbox)");
   app
     .add_option("--log-level", opts.log_level,
                 "trace, debug, info (one line per verification), warn, "
@@ -421,9 +422,11 @@ bool write_summary_json(int fd, const std::string& path, const json& doc) {
 }
 
 int run(cli_options opts, terminal_bar& bar) {
-  if (!opts.work_dir.empty() && !is_confined_path(opts.work_dir))
+  if (!opts.work_dir.empty() && !is_path_in_sandbox(opts.work_dir))
     throw usage_error("--work-dir " + opts.work_dir +
-                      ": must be a relative path inside the sandbox");
+                      ": must be a directory in the sandbox (relative to its "
+                      "workdir, or absolute), without '.', '..' or empty "
+                      "components");
   provider_config_file config_file;
   auto block =
     read_provider_block(opts.provider_config, opts.max_json_depth, config_file);

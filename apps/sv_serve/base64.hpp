@@ -1,19 +1,13 @@
 #pragma once
 
-// RFC 4648 standard base64 (the alphabet with + and /, '=' padding), as
-// SandboxFusion's `files` and `fetch_files` carry bytes. No sockets, no
-// actors.
+// base64 lives in messages/ (files carry bytes as {"base64": "..."}); the
+// compatible routes use it under their own namespace.
 
-#include <string>
-#include <string_view>
+#include "messages/base64.hpp"
 
 namespace sv::serve {
 
-std::string base64_encode(std::string_view bytes);
-
-/// Decodes `text` into `out`. Line breaks (CR, LF) are skipped, as MIME
-/// writers add them; anything else outside the alphabet, a wrong length or
-/// misplaced padding is refused: returns false and says why in `why`.
-bool base64_decode(std::string_view text, std::string& out, std::string& why);
+using sv::base64_decode;
+using sv::base64_encode;
 
 } // namespace sv::serve

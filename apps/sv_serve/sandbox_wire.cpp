@@ -93,6 +93,21 @@ bool valid_idempotency_key(const std::string& key) {
   return true;
 }
 
+bool is_media_type(std::string_view header, std::string_view media_type) {
+  header = header.substr(0, header.find(';'));
+  auto first = header.find_first_not_of(" \t");
+  if (first == std::string_view::npos)
+    return false;
+  header = header.substr(first, header.find_last_not_of(" \t") - first + 1);
+  if (header.size() != media_type.size())
+    return false;
+  for (size_t i = 0; i < header.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(header[i])) !=
+        std::tolower(static_cast<unsigned char>(media_type[i])))
+      return false;
+  return true;
+}
+
 bool is_sandbox_path(std::string_view path) {
   return path == prefix ||
          (path.size() > prefix.size() &&

@@ -26,10 +26,17 @@ struct sandbox_call {
   /// The Idempotency-Key header, if any.
   std::string idempotency_key;
   bool has_idempotency_key = false;
+  /// The Content-Type header, if any (an upload of raw bytes says
+  /// application/octet-stream).
+  std::string content_type;
   std::string body;
   /// Set by `sandbox_api::handle`: what `abandon` names.
   uint64_t call_id = 0;
 };
+
+/// Whether a Content-Type header names `media_type` (case-insensitive,
+/// parameters after ';' ignored).
+bool is_media_type(std::string_view header, std::string_view media_type);
 
 struct sandbox_reply {
   unsigned status = 200;

@@ -5,6 +5,7 @@
 #include "messages/bounded_json.hpp"
 #include "messages/errors.hpp"
 #include "messages/json.hpp"
+#include "messages/validation.hpp"
 
 #include <atomic>
 #include <caf/actor_system.hpp>
@@ -483,21 +484,69 @@ void call_status(api_ptr self, const std::string& id, api_sandbox& sb,
       failure_handler(self, id, slot, "status"));
 }
 
+/// An upload of raw bytes: `PUT .../files?path=P` with Content-Type
+/// application/octet-stream writes the body as the file P (relative to the
+/// sandbox's workdir, or absolute in the sandbox).
+bool read_raw_upload(sandbox_call& call, const std::string& query,
+                     std::string& dir, file_map& files,
+                     sandbox_reply& refusal) {
+  std::string path;
+  if (!query_value(query, "path", path) || path.empty()) {
+    refusal = error_reply(400, "invalid_request",
+                          "an application/octet-stream upload names its file "
+                          "as ?path=FILE (percent-encoded)");
+    return false;
+  }
+  if (!sv::is_path_in_sandbox(path)) {
+    refusal = error_reply(400, "invalid_path",
+                          "path \"" + path +
+                            "\" escapes the sandbox (a '.', '..' or empty "
+                            "component)");
+    return false;
+  }
+  auto slash = path.rfind('/');
+  if (slash == 0) {
+    refusal = error_reply(400, "invalid_path",
+                          "path \"" + path +
+                            "\" is not a file in a directory of the "
+                            "sandbox");
+    return false;
+  }
+  if (slash != std::string::npos) {
+    dir = path.substr(0, slash);
+    path.erase(0, slash + 1);
+  }
+  files.emplace(std::move(path), std::move(call.body));
+  return true;
+}
+
 void call_upload(api_ptr self, const std::string& id, api_sandbox& sb,
-                 const std::string& body, uint64_t slot) {
-  json j;
-  if (!parse_body(self, body, j, slot))
-    return;
+                 sandbox_call& call, const std::string& query, uint64_t slot) {
   std::string dir;
   file_map files;
-  try {
-    check_object(j, "upload", {"dir", "files"});
-    if (!j.contains("files"))
-      throw json_error("files", "is required");
-    dir = j.value("dir", std::string{});
-    files = j.at("files").get<file_map>();
-  } catch (const std::exception& e) {
-    return answer(self, slot, schema_error(e));
+  if (is_media_type(call.content_type, "application/octet-stream")) {
+    sandbox_reply refusal;
+    if (!read_raw_upload(call, query, dir, files, refusal))
+      return answer(self, slot, std::move(refusal));
+  } else {
+    json j;
+    if (!parse_body(self, call.body, j, slot))
+      return;
+    try {
+      check_object(j, "upload", {"dir", "files"});
+      if (!j.contains("files"))
+        throw json_error("files", "is required");
+      dir = j.value("dir", std::string{});
+      try {
+        files_from_json(j.at("files"), files);
+      } catch (const json_error& e) {
+        throw json_error("files" + std::string{e.path().empty() ? "" : "."} +
+                           e.path(),
+                         e.reason());
+      }
+    } catch (const std::exception& e) {
+      return answer(self, slot, schema_error(e));
+    }
   }
   ++sb.busy;
   self
@@ -558,8 +607,8 @@ void call_download(api_ptr self, const std::string& id, api_sandbox& sb,
 }
 
 /// A call on one sandbox: only its owner sees it.
-void on_sandbox_call(api_ptr self, const sandbox_call& call,
-                     const sandbox_target& t, uint64_t slot) {
+void on_sandbox_call(api_ptr self, sandbox_call& call, const sandbox_target& t,
+                     uint64_t slot) {
   auto& st = self->state;
   auto i = st.live.find(t.id);
   if (i == st.live.end() || i->second.owner != call.owner) {
@@ -581,7 +630,7 @@ void on_sandbox_call(api_ptr self, const sandbox_call& call,
   case op::status:
     return call_status(self, t.id, sb, slot);
   case op::upload:
-    return call_upload(self, t.id, sb, call.body, slot);
+    return call_upload(self, t.id, sb, call, t.query, slot);
   case op::exec:
     return call_exec(self, t.id, sb, call.body, slot);
   case op::download:

@@ -386,6 +386,8 @@ private:
       call.has_idempotency_key = true;
       call.idempotency_key = std::string{key->value()};
     }
+    if (auto type = req.find(http::field::content_type); type != req.end())
+      call.content_type = std::string{type->value()};
     call.body = std::move(req.body());
     req.body().clear();
     ++st_->busy;

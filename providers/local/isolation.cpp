@@ -550,7 +550,10 @@ bwrap_argv bwrap_command(const isolation_settings& s,
   auto dir = workdir.empty() ? std::string{"/"} : workdir;
   if (!host_dir.empty())
     add(out, {"--bind", host_dir, workdir});
-  add(out, {"--chdir", cwd.empty() ? dir : dir + "/" + cwd});
+  // An absolute cwd is the sandbox's own path (sandbox/places.hpp).
+  add(out, {"--chdir", cwd.empty()          ? dir
+                       : cwd.front() == '/' ? cwd
+                                            : dir + "/" + cwd});
   bwrap_argv result;
   if (s.privileged && uid >= 0) {
     // bwrap as root keeps the host's uid 0 (without a user namespace):

@@ -55,13 +55,19 @@ using io_done_atom = caf::atom_constant<caf::atom("io_done")>;
 
 // -- checks before any I/O ----------------------------------------------------
 
-caf::error check_path(std::string_view what, const std::string& path) {
-  if (is_confined_path(path))
+/// A path relative to the sandbox's workdir (`relative_only`), or also an
+/// absolute one in the sandbox (the registry says whether it is a place the
+/// sandbox may write: sandbox/places.hpp).
+caf::error check_path(std::string_view what, const std::string& path,
+                      bool relative_only = false) {
+  if (relative_only ? is_confined_path(path) : is_path_in_sandbox(path))
     return caf::none;
   return make_error(provider_errc::invalid_path,
                     std::string{what} + " \"" + path +
-                      "\" escapes the sandbox (absolute, empty, '.' or "
-                      "'..' component)");
+                      (relative_only ? "\" escapes the sandbox (absolute, "
+                                       "empty, '.' or '..' component)"
+                                     : "\" escapes the sandbox (empty, '.' "
+                                       "or '..' component)"));
 }
 
 caf::error check_env(const env_map& env) {
@@ -156,7 +162,7 @@ caf::error check_upload(const std::string& dir, const file_map& files) {
     if (auto err = check_path("dir", dir))
       return err;
   for (auto& entry : files)
-    if (auto err = check_path("path", entry.first))
+    if (auto err = check_path("path", entry.first, true))
       return err;
   return caf::none;
 }

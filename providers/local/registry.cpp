@@ -7,6 +7,7 @@
 #include "providers/local/sandbox/confined_fs.hpp"
 #include "providers/local/sandbox/exec.hpp"
 #include "providers/local/sandbox/lifecycle.hpp"
+#include "providers/local/sandbox/places.hpp"
 #include "providers/local/sandbox/sandbox.hpp"
 
 #include <algorithm>
@@ -790,10 +791,12 @@ void local_registry::upload(const std::string& id, std::string dir,
   impl_->on_strand<ok_atom>(
     id, std::move(done),
     [dir{std::move(dir)}, files{std::move(files)}](local_sandbox& sb) {
-      for (auto& [path, content] : files)
-        detail::write_confined_file(sb.dir.get(),
-                                    dir.empty() ? path : dir + "/" + path,
-                                    content, sb.confinement.uid.uid);
+      for (auto& [path, content] : files) {
+        auto place =
+          detail::locate_file(sb, dir.empty() ? path : dir + "/" + path);
+        detail::write_confined_file(place.base, place.rel, content,
+                                    sb.confinement.uid.uid, place.shown);
+      }
       return ok_atom::value;
     });
 }
@@ -830,7 +833,9 @@ void local_registry::download(const std::string& id, std::string path,
   auto max = impl_->cfg.max_download_bytes;
   impl_->on_strand<std::string>(
     id, std::move(done), [path{std::move(path)}, max](local_sandbox& sb) {
-      return detail::read_confined_file(sb.dir.get(), path, max);
+      auto place = detail::locate_file(sb, path);
+      return detail::read_confined_file(place.base, place.rel, max,
+                                        place.shown);
     });
 }
 

@@ -210,7 +210,7 @@ http_request make_upload(const remote_provider_config& cfg,
                          const file_map& files) {
   auto r =
     with_json(base(cfg, "PUT", sandbox_target(id) + "/files", cfg.timeout_s),
-              json{{"dir", dir}, {"files", files}});
+              json{{"dir", dir}, {"files", files_to_json(files)}});
   r.idempotent = true; // the same files written again
   return r;
 }

@@ -12,11 +12,17 @@ Called as: e2e_sandboxes.py SV_SERVE MODE
     504); an Idempotency-Key replay of a sandbox being stopped is 409
     `sandbox_stopping` (state "stopping"), a new one once it is gone (the
     provider's ledger: every sandbox stopped).
+  MODE files: binary files on the local provider: raw bytes in and out
+    (application/octet-stream), {"base64"} values of a JSON upload,
+    absolute paths (/sandbox, and /tmp under bwrap as root), '..' and
+    symlink escapes refused naming the path, the size limits named.
 Every wait is bounded.
 """
 
+import base64
 import json
 import os
+import shutil
 import signal
 import socket
 import sys
@@ -405,6 +411,113 @@ def lifetime_verify_disconnect(binary, tmp):
     print("ok: a /v1/verify client gone during create: its sandbox stopped")
 
 
+BYTES = b"\x00\xff\x00bin\xfe\n\x80" + bytes(range(256))
+
+
+def files_api(binary, tmp):
+    """Bytes both ways, absolute paths, escapes and limits, named."""
+    isolated = os.geteuid() == 0 and shutil.which("bwrap") is not None
+    config = os.path.join(tmp, "files.json")
+    with open(config, "w") as f:
+        json.dump({"local": {"root": os.path.join(tmp, "files-root"),
+                             "max_download_bytes": 4096}}, f)
+    s = Server(binary, tmp, ["--provider-config", config, "--max-body-bytes",
+                             str(1 << 16)], "files")
+    raw_type = {"Content-Type": "application/octet-stream"}
+
+    def put_raw(base, path, data, headers=raw_type):
+        q = urllib.parse.quote(path, safe="")
+        return s.request("PUT", f"{base}/files?path={q}", data, headers)
+
+    def get(base, path):
+        q = urllib.parse.quote(path, safe="")
+        return s.request("GET", f"{base}/files?path={q}")
+
+    def refused(answer, status, code, needle, what):
+        st, _, raw = answer
+        check(st == status and error_code(raw) == code and
+              needle in js(raw)["error"]["message"], f"{what}: {st} {raw}", s)
+
+    try:
+        st, _, raw = call(s, "POST", "/v1/sandboxes", {"ttl_s": 60})
+        check(st == 201, f"create: {st} {raw}", s)
+        base = "/v1/sandboxes/" + js(raw)["sandbox_id"]
+        # Raw bytes in, raw bytes out, relative and absolute in the workdir.
+        for path in ("rel/b.bin", "/sandbox/abs/b.bin"):
+            st, _, raw = put_raw(base, path, BYTES)
+            check(st == 204, f"PUT {path}: {st} {raw}", s)
+            st, hdrs, raw = get(base, path)
+            check(st == 200 and raw == BYTES and hdrs.get("Content-Type") ==
+                  "application/octet-stream", f"GET {path}: {st} {raw!r}", s)
+        # {"base64": ...} in a JSON upload, text beside it.
+        st, _, raw = call(s, "PUT", base + "/files", {
+            "dir": "/sandbox/j", "files": {
+                "b.bin": {"base64": base64.b64encode(BYTES).decode()},
+                "t.txt": "text"}})
+        check(st == 204, f"JSON upload of bytes: {st} {raw}", s)
+        check(get(base, "j/b.bin")[2] == BYTES and
+              get(base, "/sandbox/j/t.txt")[2] == b"text", "JSON upload", s)
+        refused(call(s, "PUT", base + "/files", {
+            "files": {"b.bin": {"base64": "A"}}}), 400, "invalid_request",
+            "files.b.bin.base64: not base64", "bad base64")
+        st, _, raw = call(s, "POST", base + "/exec", {
+            "argv": ["sh", "-c", "cmp rel/b.bin abs/b.bin && cmp rel/b.bin "
+                     "j/b.bin && echo same"], "timeout_s": 20})
+        check(st == 200 and js(raw)["stdout"] == "same\n", f"cmp: {raw}", s)
+        # /tmp: the sandbox's own under bwrap; else refused by name.
+        if isolated:
+            st, _, raw = put_raw(base, "/tmp/x/bin.dat", BYTES)
+            check(st == 204, f"PUT /tmp/x/bin.dat: {st} {raw}", s)
+            st, _, raw = call(s, "POST", base + "/exec", {
+                "argv": ["sh", "-c", "cmp /tmp/x/bin.dat /sandbox/rel/b.bin "
+                         "&& ln -s /etc /tmp/etc && ln -s /etc/passwd "
+                         "/tmp/x/pw && echo ok"], "timeout_s": 20})
+            check(st == 200 and js(raw)["stdout"] == "ok\n",
+                  f"exec in /tmp: {raw}", s)
+            check(get(base, "/tmp/x/bin.dat")[2] == BYTES, "GET /tmp", s)
+            refused(get(base, "/tmp/etc/passwd"), 400, "invalid_path",
+                    "/tmp/etc is a symlink, refusing to follow it",
+                    "symlinked directory")
+            refused(put_raw(base, "/tmp/etc/x", b"x"), 400, "invalid_path",
+                    "/tmp/etc is a symlink, refusing to follow it",
+                    "upload through a symlink")
+            refused(get(base, "/tmp/x/pw"), 400, "not_regular_file",
+                    "/tmp/x/pw is a symlink, refusing to follow it",
+                    "symlink as the file")
+        else:
+            refused(put_raw(base, "/tmp/x/bin.dat", BYTES), 400,
+                    "invalid_path", '"/tmp/x/bin.dat" is not writable in the '
+                    "sandbox", "/tmp without bwrap")
+        for path in ("../x.bin", "/sandbox/../etc/x", "a//b"):
+            refused(put_raw(base, path, b"x"), 400, "invalid_path",
+                    f'path "{path}" escapes the sandbox', f"PUT {path}")
+        refused(get(base, "../x.bin"), 400, "invalid_path",
+                '"../x.bin" escapes the sandbox', "GET ../x.bin")
+        refused(put_raw(base, "/usr/x.bin", b"x"), 400, "invalid_path",
+                '"/usr/x.bin" is not writable in the sandbox', "PUT /usr")
+        refused(get(base, "/etc/passwd"), 400, "invalid_path",
+                '"/etc/passwd" is not writable in the sandbox', "GET /etc")
+        refused(put_raw(base, "/x.bin", b"x"), 400, "invalid_path",
+                'path "/x.bin" is not a file in a directory', "PUT /x.bin")
+        refused(s.request("PUT", base + "/files", b"x", raw_type), 400,
+                "invalid_request", "?path=FILE", "no path")
+        # The limits, named: the body cap and the provider's download cap.
+        refused(put_raw(base, "big.bin", b"\xff" * ((1 << 16) + 1)), 413,
+                "payload_too_large", "body longer than --max-body-bytes "
+                f"{1 << 16}", "over --max-body-bytes")
+        st, _, raw = put_raw(base, "dl.bin", b"\xff" * 4097)
+        check(st == 204, f"PUT dl.bin: {st}", s)
+        refused(get(base, "dl.bin"), 500, "too_large",
+                "dl.bin is 4097 bytes, over the 4096 byte download cap",
+                "over max_download_bytes")
+        st, _, _ = call(s, "DELETE", base)
+        check(st == 204, f"DELETE: {st}", s)
+    finally:
+        s.stop()
+    print(f"files: bytes both ways, escapes refused "
+          f"({'bwrap, /tmp' if isolated else 'no bwrap: /tmp refused'})")
+
+
 def main():
     if len(sys.argv) != 3:
         sys.exit(f"usage: {sys.argv[0]} SV_SERVE MODE")
@@ -419,6 +532,8 @@ def main():
             lifetime_replay(binary, tmp)
             # lifetime_verify_disconnect(binary, tmp): lands with the
             # supervisor's awaited cancel (issue 19 item 14, /v1/verify).
+        elif mode == "files":
+            files_api(binary, tmp)
         else:
             sys.exit(f"unknown mode {mode}")
 

@@ -25,10 +25,19 @@ namespace {
                                             std::strerror(err));
 }
 
-void check_confined(std::string_view rel) {
+/// `rel` as the caller named it: below `shown` when there is one.
+std::string join_shown(std::string_view shown, std::string_view rel) {
+  if (shown.empty())
+    return std::string{rel};
+  if (rel.empty())
+    return std::string{shown};
+  return std::string{shown} + "/" + std::string{rel};
+}
+
+void check_confined(std::string_view rel, std::string_view shown) {
   if (!is_confined_path(rel))
     throw fs_error(provider_errc::invalid_path,
-                   "path \"" + std::string{rel} +
+                   "path \"" + join_shown(shown, rel) +
                      "\" escapes the sandbox (absolute, empty, '.' or "
                      "'..' component)");
 }
@@ -86,20 +95,21 @@ const char* kind_of(const struct stat& st) {
 } // namespace
 
 unique_fd open_confined_dir(int base, std::string_view rel, bool create,
-                            int64_t owner) {
+                            int64_t owner, std::string_view shown) {
   unique_fd cur{::fcntl(base, F_DUPFD_CLOEXEC, 0)};
   if (!cur)
-    fail_errno(rel, "cannot duplicate the sandbox descriptor for", errno);
+    fail_errno(join_shown(shown, rel),
+               "cannot duplicate the sandbox descriptor for", errno);
   if (rel.empty())
     return cur;
-  check_confined(rel);
+  check_confined(rel, shown);
   size_t start = 0;
   while (start <= rel.size()) {
     auto end = rel.find('/', start);
     if (end == std::string_view::npos)
       end = rel.size();
     std::string name{rel.substr(start, end - start)};
-    auto walked = rel.substr(0, end);
+    auto walked = join_shown(shown, rel.substr(0, end));
     bool made = create && ::mkdirat(cur.get(), name.c_str(), 0755) == 0;
     if (create && !made && errno != EEXIST)
       fail_errno(walked, "cannot create directory", errno);
@@ -118,10 +128,12 @@ unique_fd open_confined_dir(int base, std::string_view rel, bool create,
 }
 
 void write_confined_file(int base, std::string_view rel,
-                         std::string_view content, int64_t owner) {
-  check_confined(rel);
+                         std::string_view content, int64_t owner,
+                         std::string_view shown) {
+  check_confined(rel, shown);
   auto [dir_rel, name] = split_last(rel);
-  auto dir = open_confined_dir(base, dir_rel, true, owner);
+  auto dir = open_confined_dir(base, dir_rel, true, owner, shown);
+  auto named = join_shown(shown, rel);
   // O_EXCL on a fresh name guarantees a new inode: whatever the runner left
   // under the final name is replaced by the rename, not written through.
   static std::atomic<uint64_t> counter{0};
@@ -135,15 +147,15 @@ void write_confined_file(int base, std::string_view rel,
                       O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
                       0644));
     if (!fd && errno != EEXIST)
-      fail_errno(rel, "cannot create", errno);
+      fail_errno(named, "cannot create", errno);
   }
   if (!fd)
-    fail_errno(rel, "cannot create", EEXIST);
+    fail_errno(named, "cannot create", EEXIST);
   if (owner >= 0 && ::fchown(fd.get(), static_cast<uid_t>(owner),
                              static_cast<gid_t>(owner)) != 0) {
     int err = errno;
     ::unlinkat(dir.get(), tmp.c_str(), 0);
-    fail_errno(rel, "cannot hand over", err);
+    fail_errno(named, "cannot hand over", err);
   }
   for (size_t done = 0; done < content.size();) {
     auto n = ::write(fd.get(), content.data() + done, content.size() - done);
@@ -152,7 +164,7 @@ void write_confined_file(int base, std::string_view rel,
     if (n < 0) {
       int err = errno;
       ::unlinkat(dir.get(), tmp.c_str(), 0);
-      fail_errno(rel, "cannot write", err);
+      fail_errno(named, "cannot write", err);
     }
     done += static_cast<size_t>(n);
   }
@@ -161,39 +173,37 @@ void write_confined_file(int base, std::string_view rel,
     int err = errno;
     ::unlinkat(dir.get(), tmp.c_str(), 0);
     if (err == EISDIR)
-      throw fs_error(provider_errc::invalid_path,
-                     std::string(rel) + " is a directory");
-    fail_errno(rel, "cannot write", err);
+      throw fs_error(provider_errc::invalid_path, named + " is a directory");
+    fail_errno(named, "cannot write", err);
   }
 }
 
 std::string read_confined_file(int base, std::string_view rel,
-                               uint64_t max_bytes) {
-  check_confined(rel);
+                               uint64_t max_bytes, std::string_view shown) {
+  check_confined(rel, shown);
   auto [dir_rel, name] = split_last(rel);
-  auto dir = open_confined_dir(base, dir_rel, false);
+  auto dir = open_confined_dir(base, dir_rel, false, -1, shown);
+  auto named = join_shown(shown, rel);
   // O_PATH inspects the entry without opening it: a fifo would block and a
   // device could act on open.
   unique_fd probe{
     ::openat(dir.get(), name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC)};
   if (!probe && errno == ENOENT)
-    throw fs_error(provider_errc::not_found,
-                   std::string(rel) + " does not exist");
+    throw fs_error(provider_errc::not_found, named + " does not exist");
   if (!probe)
-    fail_errno(rel, "cannot open", errno);
+    fail_errno(named, "cannot open", errno);
   struct stat st;
   if (::fstat(probe.get(), &st) != 0)
-    fail_errno(rel, "cannot stat", errno);
+    fail_errno(named, "cannot stat", errno);
   if (S_ISLNK(st.st_mode))
     throw fs_error(provider_errc::not_regular_file,
-                   std::string(rel) + " is a symlink, refusing to follow it");
+                   named + " is a symlink, refusing to follow it");
   if (!S_ISREG(st.st_mode))
-    throw fs_error(provider_errc::not_regular_file, std::string(rel) + " is " +
-                                                      kind_of(st) +
-                                                      ", not a regular file");
+    throw fs_error(provider_errc::not_regular_file,
+                   named + " is " + kind_of(st) + ", not a regular file");
   auto too_large = [&](uint64_t size) {
     return fs_error(provider_errc::too_large,
-                    std::string(rel) + " is " + std::to_string(size) +
+                    named + " is " + std::to_string(size) +
                       " bytes, over the " + std::to_string(max_bytes) +
                       " byte download cap");
   };
@@ -206,7 +216,7 @@ std::string read_confined_file(int base, std::string_view rel,
   if (!fd || ::fstat(fd.get(), &st2) != 0 || st2.st_ino != st.st_ino ||
       st2.st_dev != st.st_dev)
     throw fs_error(provider_errc::io_error,
-                   std::string(rel) + " changed while being read");
+                   named + " changed while being read");
   std::string out;
   char buf[65536];
   for (;;) {
@@ -214,7 +224,7 @@ std::string read_confined_file(int base, std::string_view rel,
     if (n < 0 && errno == EINTR)
       continue;
     if (n < 0)
-      fail_errno(rel, "cannot read", errno);
+      fail_errno(named, "cannot read", errno);
     if (n == 0)
       return out;
     out.append(buf, static_cast<size_t>(n));
@@ -223,26 +233,27 @@ std::string read_confined_file(int base, std::string_view rel,
   }
 }
 
-unique_fd open_confined_log(int base, std::string_view rel, int64_t owner) {
-  check_confined(rel);
+unique_fd open_confined_log(int base, std::string_view rel, int64_t owner,
+                            std::string_view shown) {
+  check_confined(rel, shown);
   auto [dir_rel, name] = split_last(rel);
-  auto dir = open_confined_dir(base, dir_rel, true, owner);
+  auto dir = open_confined_dir(base, dir_rel, true, owner, shown);
+  auto named = join_shown(shown, rel);
   // O_NONBLOCK so that a fifo planted under this name cannot block us.
   unique_fd fd{::openat(
     dir.get(), name.c_str(),
     O_RDWR | O_CREAT | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644)};
   if (!fd && errno == ELOOP)
     throw fs_error(provider_errc::invalid_path,
-                   "log " + std::string(rel) +
-                     " is a symlink, refusing to follow it");
+                   "log " + named + " is a symlink, refusing to follow it");
   if (!fd)
-    fail_errno(rel, "cannot open log", errno);
+    fail_errno(named, "cannot open log", errno);
   struct stat st;
   if (::fstat(fd.get(), &st) != 0)
-    fail_errno(rel, "cannot stat log", errno);
+    fail_errno(named, "cannot stat log", errno);
   if (!S_ISREG(st.st_mode))
-    throw fs_error(provider_errc::invalid_path, "log " + std::string(rel) +
-                                                  " is " + kind_of(st) +
+    throw fs_error(provider_errc::invalid_path, "log " + named + " is " +
+                                                  kind_of(st) +
                                                   ", not a regular file");
   ::fcntl(fd.get(), F_SETFL, O_APPEND);
   return fd;

@@ -28,11 +28,14 @@ private:
   provider_errc code_;
 };
 
+/// Messages name a path as `shown` + "/" + `rel` (`shown` empty: `rel`
+/// alone), so a path the caller gave as "/tmp/x" is named so.
+
 /// Opens the directory `rel` below `base` ("" is `base` itself). With
 /// `create`, missing directories are made on the way, owned by `owner` (a
 /// uid, also used as gid; -1 keeps the caller's).
 unique_fd open_confined_dir(int base, std::string_view rel, bool create,
-                            int64_t owner = -1);
+                            int64_t owner = -1, std::string_view shown = {});
 
 /// Writes `content` as the file `rel` below `base`, making parent
 /// directories. The file is written under a fresh temporary name and renamed
@@ -40,17 +43,19 @@ unique_fd open_confined_dir(int base, std::string_view rel, bool create,
 /// never written through. New directories and the file belong to `owner`
 /// (as in `open_confined_dir`).
 void write_confined_file(int base, std::string_view rel,
-                         std::string_view content, int64_t owner = -1);
+                         std::string_view content, int64_t owner = -1,
+                         std::string_view shown = {});
 
 /// Reads the regular file `rel` below `base`; fails with `too_large` beyond
 /// `max_bytes`.
 std::string read_confined_file(int base, std::string_view rel,
-                               uint64_t max_bytes);
+                               uint64_t max_bytes, std::string_view shown = {});
 
 /// Opens (creates) the regular file `rel` below `base` for appending and
 /// reading, making parent directories (owned by `owner`). The log itself
 /// stays the caller's: a runner can replace it, never rewrite it.
-unique_fd open_confined_log(int base, std::string_view rel, int64_t owner = -1);
+unique_fd open_confined_log(int base, std::string_view rel, int64_t owner = -1,
+                            std::string_view shown = {});
 
 /// The last `n` bytes of the file behind `fd` (fewer when it is shorter).
 std::string read_tail(int fd, size_t n);

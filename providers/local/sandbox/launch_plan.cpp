@@ -4,6 +4,7 @@
 #include "providers/local/host/seccomp.hpp"
 #include "providers/local/isolation.hpp"
 #include "providers/local/sandbox/confined_fs.hpp"
+#include "providers/local/sandbox/places.hpp"
 #include "providers/local/sandbox/sandbox.hpp"
 
 #include <cerrno>
@@ -84,10 +85,13 @@ std::string sandbox_marker(const std::string& sandbox_id) {
 launch_plan make_launch_plan(const local_sandbox& sb, const exec_request& req,
                              const exec_settings& cfg) {
   launch_plan p;
-  p.cwd = open_confined_dir(sb.dir.get(), req.cwd, false);
-  if (!req.log_path.empty())
+  auto cwd = locate(sb, req.cwd);
+  p.cwd = open_confined_dir(cwd.base, cwd.rel, false, -1, cwd.shown);
+  if (!req.log_path.empty()) {
+    auto log = locate_file(sb, req.log_path);
     p.log =
-      open_confined_log(sb.dir.get(), req.log_path, sb.confinement.uid.uid);
+      open_confined_log(log.base, log.rel, sb.confinement.uid.uid, log.shown);
+  }
   p.timeout_s = req.timeout_s;
   auto env = build_env(sb, req.env);
   p.env = env_entries(env);

@@ -110,6 +110,12 @@ void assign_spec(const isolation_settings& iso, local_sandbox& sb,
                  const sandbox_spec& spec) {
   sb.env = spec.env;
   sb.workdir = iso.mode == isolation_mode::bwrap ? spec.workdir : sb.path;
+  sb.workdir_alias.clear();
+  if (iso.mode != isolation_mode::bwrap && spec.workdir.size() > 1 &&
+      spec.workdir.front() == '/' && spec.workdir != sb.path)
+    sb.workdir_alias = spec.workdir;
+  while (sb.workdir_alias.size() > 1 && sb.workdir_alias.back() == '/')
+    sb.workdir_alias.pop_back();
 }
 
 std::shared_ptr<local_sandbox>

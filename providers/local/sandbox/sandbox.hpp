@@ -89,6 +89,9 @@ struct local_sandbox {
   /// Where its commands see the directory (HOME): `path`, or the spec's
   /// workdir under bwrap.
   std::string workdir;
+  /// Without isolation (`workdir` is `path`): the spec's workdir, another
+  /// name of the directory for the provider's calls (sandbox/places.hpp).
+  std::string workdir_alias;
   /// The sandbox directory, the base of every confined path walk.
   unique_fd dir;
   /// Environment from the sandbox spec, applied to every exec (set once,

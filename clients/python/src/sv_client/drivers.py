@@ -42,7 +42,8 @@ def sandbox_path(path: str, workdir: str = DEFAULT_WORKDIR) -> str:
     (every sv-serve version takes that); other absolute ones go as they are
     (sv-serve confines them to the sandbox, or refuses them by name)."""
     path = str(path)
-    if not posixpath.isabs(path):
+    if not posixpath.isabs(path) or ".." in path.split("/"):
+        # A '..' goes as it is: sv-serve refuses it naming the path.
         return path
     norm = posixpath.normpath(path)
     base = posixpath.normpath(workdir or DEFAULT_WORKDIR)

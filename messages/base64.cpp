@@ -1,9 +1,9 @@
-#include "apps/sv_serve/base64.hpp"
+#include "messages/base64.hpp"
 
 #include <array>
 #include <cstdint>
 
-namespace sv::serve {
+namespace sv {
 
 namespace {
 
@@ -96,4 +96,4 @@ bool base64_decode(std::string_view text, std::string& out, std::string& why) {
   return true;
 }
 
-} // namespace sv::serve
+} // namespace sv
