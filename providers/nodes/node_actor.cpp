@@ -91,7 +91,7 @@ bool from_own_process(self_ptr self) {
 }
 
 /// Who sends the current message: nobody (nullopt) when it is anonymous or
-/// comes from a node id no connection is bound to (CONTRACTS.md 1); the
+/// comes from a node id no connection is bound to (peer_registry); the
 /// node's own process is "local".
 std::optional<peer_identity> caller(self_ptr self) {
   auto& sender = self->current_sender();

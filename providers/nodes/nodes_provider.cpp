@@ -83,7 +83,7 @@ bool split_endpoint(const std::string& text, std::string& host,
 
 using fail_fn = std::function<void(const caf::error&)>;
 
-/// True when the current message comes from `asked` (CONTRACTS.md 6: CAF
+/// True when the current message comes from `asked` (CAF
 /// 0.17 matches a response to its request by message id only, and ids are
 /// sequential, so anyone could answer in its place).
 template <class Self, class Handle>

@@ -328,7 +328,7 @@ class Failures(unittest.TestCase):
 
 
 class Binary(unittest.TestCase):
-    """Bytes both ways (CONTRACTS.md 3): the octet-stream upload route, the
+    """Bytes both ways: the octet-stream upload route, the
     {"base64"} values of a JSON upload, a seed submission with a binary
     file; absolute paths in the sandbox's /tmp (bwrap as root)."""
 

@@ -530,8 +530,7 @@ def main():
         elif mode == "lifetime":
             lifetime_unclaimed(binary, tmp)
             lifetime_replay(binary, tmp)
-            # lifetime_verify_disconnect(binary, tmp): lands with the
-            # supervisor's awaited cancel (issue 19 item 14, /v1/verify).
+            lifetime_verify_disconnect(binary, tmp)
         elif mode == "files":
             files_api(binary, tmp)
         else:
