@@ -708,8 +708,8 @@ std::string runner_exit_message(const exec_result& res) {
   auto rest = res.message;
   if (rest.compare(0, what.size(), what) == 0)
     rest.erase(0, what.size());
-  while (!rest.empty() && (rest.front() == ';' || rest.front() == ':' ||
-                           rest.front() == ' '))
+  while (!rest.empty() &&
+         (rest.front() == ';' || rest.front() == ':' || rest.front() == ' '))
     rest.erase(0, 1);
   if (!rest.empty())
     out += "; " + rest;

@@ -272,7 +272,9 @@ TEST_CASE("paths in a sandbox: confined, or absolute with a confined rest") {
 // -- files: text or {"base64": ...} -------------------------------------------
 
 TEST_CASE("files carry bytes as base64 and text as strings") {
-  std::string bytes{"\0\xff\x80" "bin\xfe", 7};
+  std::string bytes{"\0\xff\x80"
+                    "bin\xfe",
+                    7};
   auto req = sample_request();
   req.files["fixture.bin"] = bytes;
   req.files["nul.txt"] = std::string{"a\0b", 3}; // valid UTF-8, with a NUL

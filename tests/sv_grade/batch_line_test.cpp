@@ -104,8 +104,8 @@ TEST_CASE("validation failures name the field") {
   // can write there); one that climbs out is refused at the line.
   msg = message_of(R"({"id": "a", "request": {}, "work_dir": "/tmp/../etc",)"
                    R"( "files": {"sandbox_runner.py": ""}})");
-  CHECK(msg.rfind("line 7: work_dir: \"/tmp/../etc\" escapes the sandbox",
-                  0) == 0);
+  CHECK(msg.rfind("line 7: work_dir: \"/tmp/../etc\" escapes the sandbox", 0) ==
+        0);
 }
 
 TEST_CASE("unknown keys and wrong types are named") {
