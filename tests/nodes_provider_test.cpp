@@ -645,8 +645,11 @@ TEST_CASE_METHOD(nodes_fixture,
   auto* asked = node->mailbox().peek();
   REQUIRE(asked != nullptr);
   REQUIRE(asked->content().match_elements<create_atom, sandbox_spec>());
+  // One argument: CAF 0.17's init_fun_factory dereferences a null argument
+  // tuple for a function actor spawned with none (UBSan reports it).
   auto forger = keep(sys.spawn(
-    [](caf::event_based_actor*) -> caf::behavior { return {[](int) {}}; }));
+    [](caf::event_based_actor*, int) -> caf::behavior { return {[](int) {}}; },
+    0));
   caf::actor_cast<caf::abstract_actor*>(provider)->enqueue(
     caf::make_mailbox_element(caf::actor_cast<caf::strong_actor_ptr>(forger),
                               asked->mid.response_id(), {},
