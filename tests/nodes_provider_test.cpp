@@ -645,6 +645,9 @@ TEST_CASE_METHOD(nodes_fixture,
   auto* asked = node->mailbox().peek();
   REQUIRE(asked != nullptr);
   REQUIRE(asked->content().match_elements<create_atom, sandbox_spec>());
+  // Read now: spawning the forger runs the scheduler, and the node takes
+  // (and frees) the element.
+  auto asked_id = asked->mid;
   // One argument: CAF 0.17's init_fun_factory dereferences a null argument
   // tuple for a function actor spawned with none (UBSan reports it).
   auto forger = keep(sys.spawn(
@@ -652,7 +655,7 @@ TEST_CASE_METHOD(nodes_fixture,
     0));
   caf::actor_cast<caf::abstract_actor*>(provider)->enqueue(
     caf::make_mailbox_element(caf::actor_cast<caf::strong_actor_ptr>(forger),
-                              asked->mid.response_id(), {},
+                              asked_id.response_id(), {},
                               sandbox_handle{"forged", "x", ""}),
     nullptr);
   run_for(std::chrono::seconds{2}); // its next heartbeat: room again
