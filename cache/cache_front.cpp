@@ -3,6 +3,7 @@
 #include "actors/quiet.hpp"
 #include "messages/batch_format.hpp"
 #include "messages/errors.hpp"
+#include "messages/private_id.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/sec.hpp>
@@ -47,20 +48,6 @@ struct front_state {
 };
 
 constexpr std::string_view front_tag = "#C";
-
-/// The number a private id names; nullopt for one that is not ours.
-std::optional<uint64_t> number_of(const std::string& id) {
-  auto pos = id.rfind(front_tag);
-  if (pos == std::string::npos)
-    return std::nullopt;
-  auto digits = std::string_view{id}.substr(pos + front_tag.size());
-  uint64_t n = 0;
-  auto [end, ec] =
-    std::from_chars(digits.data(), digits.data() + digits.size(), n);
-  if (ec != std::errc{} || end != digits.data() + digits.size())
-    return std::nullopt;
-  return n;
-}
 
 using front_ptr = front_actor::stateful_pointer<front_state>;
 
@@ -124,9 +111,7 @@ front_actor::behavior_type front(front_ptr self, supervisor_actor supervisor,
       auto& st = self->state;
       auto n = st.next++;
       st.by_id.emplace(req.id, n);
-      auto own = req.id;
-      own += front_tag;
-      own += std::to_string(n);
+      auto own = tag_private_id(req.id, front_tag, n);
       st.pending.emplace(
         n, front_state::waiting{promise, std::move(key), std::move(req.id)});
       req.id = std::move(own);
@@ -135,7 +120,7 @@ front_actor::behavior_type front(front_ptr self, supervisor_actor supervisor,
     },
     [=](verification_outcome& out) {
       auto& st = self->state;
-      auto n = number_of(out.id);
+      auto n = private_id_number(out.id, front_tag);
       auto i = n ? st.pending.find(*n) : st.pending.end();
       if (i == st.pending.end())
         return; // not ours
@@ -161,7 +146,7 @@ front_actor::behavior_type front(front_ptr self, supervisor_actor supervisor,
       auto [first, last] = self->state.by_id.equal_range(id);
       for (auto j = first; j != last; ++j)
         self->send(supervisor, cancel_atom::value,
-                   id + std::string{front_tag} + std::to_string(j->second));
+                   tag_private_id(id, front_tag, j->second));
     },
   };
 }

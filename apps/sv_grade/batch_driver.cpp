@@ -4,6 +4,7 @@
 #include "apps/sv_grade/batch_line.hpp"
 #include "apps/sv_grade/output_writer.hpp"
 #include "messages/errors.hpp"
+#include "messages/private_id.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/event_based_actor.hpp>
@@ -79,26 +80,12 @@ struct driver_state {
 constexpr std::string_view line_tag = "#L";
 
 std::string private_id(const std::string& id, uint64_t line) {
-  std::string out;
-  out.reserve(id.size() + line_tag.size() + 20);
-  out += id;
-  out += line_tag;
-  out += std::to_string(line);
-  return out;
+  return tag_private_id(id, line_tag, line);
 }
 
 /// The line number a private id names; nullopt for one that is not ours.
 std::optional<uint64_t> line_of(const std::string& id) {
-  auto pos = id.rfind(line_tag);
-  if (pos == std::string::npos)
-    return std::nullopt;
-  auto digits = std::string_view{id}.substr(pos + line_tag.size());
-  uint64_t n = 0;
-  auto [end, ec] =
-    std::from_chars(digits.data(), digits.data() + digits.size(), n);
-  if (ec != std::errc{} || end != digits.data() + digits.size())
-    return std::nullopt;
-  return n;
+  return private_id_number(id, line_tag);
 }
 
 using driver_ptr = caf::stateful_actor<driver_state>*;
