@@ -5,6 +5,7 @@
 // enforce (uids, tmpfs disks and cgroups need root), and the bwrap command
 // line of an exec. The README's "Isolation and limits" explains the model.
 
+#include "providers/local/bwrap_argv.hpp"
 #include "providers/local/host/cgroups.hpp"
 #include "providers/local/host/prepared_view.hpp"
 #include "providers/local/host/uid_pool.hpp"
@@ -90,32 +91,11 @@ isolation_settings prepare_isolation(const local_provider_config& cfg,
 /// not (warn).
 void log_isolation(const isolation_settings& s);
 
+/// Whether `path` is `dir` or below it (both absolute, normalized).
+bool path_within(const std::string& path, const std::string& dir);
+
 /// Why `workdir` cannot hold the sandbox in this mode, or "".
 std::string check_workdir(const isolation_settings& s,
                           const std::string& workdir);
-
-/// A bwrap command line: bwrap's path and options (everything up to "--";
-/// they may be passed in a file, `--args FD`), then the command it runs.
-struct bwrap_argv {
-  std::vector<std::string> options;
-  std::vector<std::string> command;
-  /// options, "--", command.
-  std::vector<std::string> flat() const;
-};
-
-/// The command that runs `argv` (argv[0] an absolute program path) in a
-/// bwrap sandbox whose directory `host_dir` appears at `workdir`, in its
-/// subdirectory `cwd`, as `uid` (-1: the service's). bwrap writes its
-/// status to fd 3 and reads the seccomp program from fd 4. The command gets
-/// exactly `env`. With `scratch`, `<host_dir>.tmp` and `<host_dir>.shm`
-/// become its /tmp and /dev/shm. With `own_netns`, bwrap runs in the
-/// network namespace its launcher entered (the sandbox's own, empty) and
-/// makes none.
-bwrap_argv bwrap_command(const isolation_settings& s,
-                         const std::string& host_dir,
-                         const std::string& workdir, const std::string& cwd,
-                         int64_t uid, const std::vector<std::string>& argv,
-                         const std::map<std::string, std::string>& env,
-                         bool scratch = false, bool own_netns = false);
 
 } // namespace sv::detail
