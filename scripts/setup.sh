@@ -20,6 +20,8 @@ packages=(
   bubblewrap                     # isolation of the local provider
   libseccomp-dev pkg-config      # its seccomp filter
   util-linux                     # setpriv: drop to the sandbox's own uid
+  zlib1g-dev                     # image layers (gzip) of the local provider
+  skopeo                         # pulls images (the local provider's `image`)
 )
 
 sudo_cmd=()

@@ -1,0 +1,46 @@
+#pragma once
+
+// Unpacking one image layer (a tar stream, gzip-compressed or plain) onto a
+// root file system tree, as hostile input: every entry lands below the tree
+// (no `..`, no absolute name, no link out, never through a symlink), no
+// device node, no working setuid or setgid bit, bounded size and entry
+// count. Whiteouts (`.wh.NAME`) remove what lower layers made; an opaque
+// directory (`.wh..wh..opq`) hides their children. Blocks: call it on an I/O
+// thread.
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+namespace sv::detail {
+
+/// A layer that may not be applied; what() names the entry and why.
+class layer_error : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+
+struct layer_limits {
+  /// Most bytes of file content, summed over the layers of one tree.
+  uint64_t max_bytes = 8ull << 30;
+  /// Most entries, summed over the layers of one tree.
+  uint64_t max_entries = 1'000'000;
+};
+
+/// What the layers applied so far hold (the limits' counters).
+struct layer_totals {
+  uint64_t bytes = 0;
+  uint64_t entries = 0;
+};
+
+/// Applies the layer in the file `blob` onto the directory `tree` (opened
+/// here with O_NOFOLLOW). Ownership is kept when the caller is root. Throws
+/// layer_error; the tree is then half-applied and must be discarded.
+void apply_layer(const std::string& blob, const std::string& tree,
+                 const layer_limits& limits, layer_totals& totals);
+
+/// Removes `path` and everything below it without following a symlink.
+/// Returns false (errno set) when something could not be removed.
+bool remove_tree(const std::string& path);
+
+} // namespace sv::detail
