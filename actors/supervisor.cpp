@@ -166,9 +166,14 @@ struct supervisor_state {
   caf::timespan restart_timeout{0};
   /// A restart is scheduled or running.
   bool restarting = false;
-  /// No provider will come again.
+  /// No work is taken any more: restarts made no progress
+  /// `max_restart_failures` times in a row. Restarts go on, for stops
+  /// only, while sandboxes are owned.
   bool given_up = false;
-  /// Restarts since the last healthy verification.
+  /// No provider will come again, not even to stop a sandbox.
+  bool abandoned = false;
+  /// Restarts since the provider last made progress: answered a create or
+  /// a stop, or a verification came through without a provider fault.
   uint32_t consecutive_restarts = 0;
   /// Tags the backoff timer (a stale one does nothing).
   uint64_t restart_gen = 0;
@@ -251,7 +256,7 @@ void deliver(self_ptr self, outcome_promise& promise,
 
 bool has_slot(self_ptr self) {
   auto& st = self->state;
-  return st.provider_alive &&
+  return st.provider_alive && !st.given_up &&
          st.running.size() - st.stopping < st.max_in_flight &&
          st.running.size() < st.max_in_flight + st.max_stopping &&
          st.creating < st.max_creating;
@@ -307,6 +312,7 @@ void count_stop(self_ptr self, stop_status how) {
 // -- orphans ------------------------------------------------------------------
 
 void adopt(self_ptr self, orphan_sandbox orphan);
+void made_progress(self_ptr self);
 
 /// An orphan's stop failed: one that bounced never ran (it waits for the
 /// next provider); one whose sandbox is gone already counts as stopped.
@@ -352,6 +358,7 @@ void stop_orphan(self_ptr self, orphan_sandbox orphan) {
       [=](ok_atom) {
         if (take())
           count_stop(self, stop_status::stopped);
+        made_progress(self);
         answer_stop_waiters(self);
       },
       [=](caf::error& err) {
@@ -370,7 +377,7 @@ void adopt(self_ptr self, orphan_sandbox orphan) {
     stop_orphan(self, std::move(orphan));
     return;
   }
-  if (st.given_up) {
+  if (st.abandoned) {
     spdlog::warn("no provider to stop the sandbox {}; its TTL reaps it",
                  orphan.handle.sandbox_id);
     count_stop(self, stop_status::failed);
@@ -389,10 +396,29 @@ void adopt_waiting_orphans(self_ptr self) {
 
 // -- restarts -----------------------------------------------------------------
 
-/// No provider will come again: everything waiting for one fails.
+/// The provider made progress (it answered a create or a stop, or a
+/// verification came through without a provider fault): the restart budget
+/// counts restarts without any, so a provider that crashes every few
+/// thousand calls is restarted as long as it gets work done.
+void made_progress(self_ptr self) {
+  self->state.consecutive_restarts = 0;
+}
+
+/// Sandboxes this supervisor still has to see stopped: orphans waiting or
+/// being stopped, verifications holding a sandbox (or a late create).
+bool owns_sandboxes(const supervisor_state& st) {
+  if (!st.orphans.empty() || !st.orphan_stops.empty() || !st.lingering.empty())
+    return true;
+  for (auto& [addr, entry] : st.running)
+    if (!entry.handle.sandbox_id.empty())
+      return true;
+  return false;
+}
+
+/// No work is taken any more: everything waiting fails. Restarts go on
+/// while sandboxes are owned (with a budget of their own), to stop them.
 void give_up(self_ptr self) {
   auto& st = self->state;
-  st.restarting = false;
   st.given_up = true;
   auto queued = std::move(st.queue);
   st.queue.clear();
@@ -401,6 +427,16 @@ void give_up(self_ptr self) {
             rejection(q.req.id, failure_kind::provider_unavailable,
                       verification_state::queue, failure_cause::node_down,
                       "the provider is down"));
+}
+
+/// No provider will come again, not even for stops: what is still owned
+/// is left to its TTL (counted as stop failures).
+void abandon(self_ptr self) {
+  auto& st = self->state;
+  if (!st.given_up)
+    give_up(self);
+  st.restarting = false;
+  st.abandoned = true;
   adopt_waiting_orphans(self);
 }
 
@@ -450,12 +486,28 @@ caf::timespan backoff(const supervisor_state& st, uint32_t n) {
 
 void schedule_restart(self_ptr self) {
   auto& st = self->state;
-  if (!st.restart_provider ||
-      st.consecutive_restarts >= st.max_restart_failures) {
-    if (st.restart_provider)
-      spdlog::error("giving up on the provider after {} restarts in a row",
+  if (!st.restart_provider) {
+    abandon(self);
+    return;
+  }
+  if (st.consecutive_restarts >= st.max_restart_failures) {
+    if (!st.given_up) {
+      spdlog::error("giving up on the provider after {} restarts without "
+                    "progress",
                     st.consecutive_restarts);
-    give_up(self);
+      give_up(self);
+      // The sandboxes it owns get restarts of their own, for their stops.
+      st.consecutive_restarts = 0;
+    } else {
+      spdlog::error("no provider to stop {} sandboxes after {} restarts "
+                    "without progress; their TTL reaps them",
+                    st.orphans.size(), st.consecutive_restarts);
+      abandon(self);
+      return;
+    }
+  }
+  if (st.given_up && !owns_sandboxes(st)) {
+    abandon(self);
     return;
   }
   st.restarting = true;
@@ -564,7 +616,7 @@ caf::result<verification_outcome> admit(self_ptr self,
                      verification_state::validate,
                      failure_cause::invalid_request, std::move(err));
   }
-  if (!st.provider_alive && !st.restarting) {
+  if (st.given_up || (!st.provider_alive && !st.restarting)) {
     ++st.stats.failed;
     return rejection(std::move(req.id), failure_kind::provider_unavailable,
                      verification_state::queue, failure_cause::node_down,
@@ -683,7 +735,7 @@ void on_verified(self_ptr self, verification_outcome& out, stop_status how) {
   // A verification that came through without a provider fault shows the
   // provider healthy again: the next crash restarts at once.
   if (out.ok || out.failure.kind != failure_kind::provider_unavailable)
-    st.consecutive_restarts = 0;
+    made_progress(self);
   if (how == stop_status::pending && entry.creating)
     st.lingering.emplace( // the slot stays taken
       addr,
@@ -824,6 +876,9 @@ supervisor(self_ptr self, provider_actor provider, supervisor_config cfg) {
         entry->handle = std::move(handle);
         entry->phase = verification_state::ready;
         ++self->state.stats.sandboxes_created;
+        if (self->state.provider_alive &&
+            entry->provider == self->state.provider.address())
+          made_progress(self);
         return;
       }
       // A lingering verification's late sandbox, which it now stops.

@@ -348,3 +348,112 @@ TEST_CASE_METHOD(burst_fixture,
   CHECK(s.sandboxes_stopped == 1);
   CHECK(s.in_flight == 0);
 }
+
+namespace {
+
+/// A provider that answers creates, polls and uploads and dies on its
+/// first exec: work in flight fails, but it made progress.
+scripted_script crash_on_first_exec() {
+  scripted_script script;
+  script.steps[scripted_op::exec] = {scripted_step{scripted_fault::crash}};
+  return script;
+}
+
+size_t count_state(const std::vector<verification_outcome>& outcomes,
+                   verification_state state) {
+  size_t n = 0;
+  for (auto& out : outcomes)
+    if (!out.ok && out.failure.state == state)
+      ++n;
+  return n;
+}
+
+} // namespace
+
+TEST_CASE_METHOD(burst_fixture,
+                 "a provider that crashes under load but makes progress is "
+                 "restarted as often as it crashes, never given up") {
+  // Issue 19 item 15: every crash fails all in flight and no verification
+  // comes through, but each provider answered creates before it died: the
+  // budget counts restarts without progress, so it never runs out, and
+  // every sandbox is stopped through a replacement.
+  supervisor_config cfg;
+  cfg.max_in_flight = 4;
+  cfg.restart_provider = [this](caf::actor_system& sys) {
+    auto hdl = spawn_scripted_provider(sys, crash_on_first_exec(), ledger);
+    spawned.push_back(caf::actor_cast<caf::actor>(hdl));
+    return hdl;
+  };
+  start(crash_on_first_exec(), cfg);
+  submit_many("p", 40);
+  // No backoff: every restart follows progress.
+  run();
+  collect();
+  check_exactly_once(40);
+  for (auto& out : outcomes) {
+    INFO(out.id << ": " << out.failure.message);
+    CHECK(!out.ok);
+    CHECK(out.failure.kind == failure_kind::provider_unavailable);
+    CHECK(out.failure.cause == failure_cause::node_down);
+  }
+  // None was refused for a given-up provider.
+  CHECK(count_state(outcomes, verification_state::queue) == 0);
+  auto s = stats();
+  CHECK(s.provider_restarts == 10);
+  CHECK(ledger->crashes() == 10);
+  CHECK(ledger->creates() == 40);
+  CHECK(ledger->live() == 0);
+  CHECK(ledger->not_stopped_once().empty());
+  CHECK(s.sandboxes_created == 40);
+  CHECK(s.sandboxes_stopped == 40);
+  CHECK(s.stop_failures == 0);
+  CHECK(s.cleanup_pending == 0);
+}
+
+TEST_CASE_METHOD(burst_fixture,
+                 "a given-up provider is still restarted to stop every "
+                 "sandbox it owned") {
+  // The first provider dies on its first exec with four sandboxes up; the
+  // next eight die on their first call (the orphans' stops come first):
+  // no progress, so the work is given up. Sandboxes are still owned: one
+  // more restart (the ninth, healthy) stops them all.
+  supervisor_config cfg;
+  cfg.max_in_flight = 4;
+  int calls = 0;
+  cfg.restart_provider = [this, &calls](caf::actor_system& sys) {
+    scripted_script script;
+    if (++calls <= 8) {
+      script.steps[scripted_op::stop] = {scripted_step{scripted_fault::crash}};
+      script.steps[scripted_op::create] = {
+        scripted_step{scripted_fault::crash}};
+    }
+    auto hdl = spawn_scripted_provider(sys, std::move(script), ledger);
+    spawned.push_back(caf::actor_cast<caf::actor>(hdl));
+    return hdl;
+  };
+  start(crash_on_first_exec(), cfg);
+  submit_many("g", 40);
+  run_until_replies(40, 60s);
+  run_for(10s);
+  collect();
+  check_exactly_once(40);
+  for (auto& out : outcomes) {
+    INFO(out.id << ": " << out.failure.message);
+    CHECK(!out.ok);
+    CHECK(out.failure.cause == failure_cause::node_down);
+  }
+  CHECK(count_state(outcomes, verification_state::exec) == 4);
+  CHECK(count_state(outcomes, verification_state::queue) > 0);
+  CHECK(calls == 9);
+  CHECK(ledger->creates() == 4);
+  CHECK(ledger->live() == 0);
+  CHECK(ledger->not_stopped_once().empty());
+  auto s = stats();
+  CHECK(s.sandboxes_stopped == 4);
+  CHECK(s.cleanup_pending == 0);
+  // Given up: later submissions fail at once.
+  submit(make_request("late"));
+  check_failure(reply_now(), failure_kind::provider_unavailable,
+                verification_state::queue, failure_cause::node_down);
+  CHECK(ledger->creates() == 4);
+}
