@@ -328,3 +328,47 @@ TEST_CASE("a workdir below /tmp is the sandbox's directory, bound over its "
   CHECK(r.stdout_text == "in workdirin workdirin tmp");
   f->stop_and_expect_gone(h);
 }
+
+TEST_CASE("an argv[0] only the host has is answered as one nobody has") {
+  // Issue 19 item 21: argv[0] is resolved in the sandbox's view, never
+  // checked on the host as root. /tmp is the sandbox's own: a program
+  // under the host's /tmp is not there.
+  auto f = make_isolated();
+  std::string host_dir = "/tmp/sv-iso-argv0-" + std::to_string(::getpid());
+  REQUIRE(::mkdir(host_dir.c_str(), 0755) == 0);
+  auto host_only = host_dir + "/run";
+  {
+    std::ofstream out{host_only};
+    out << "#!/bin/sh\necho ran\n";
+  }
+  REQUIRE(::chmod(host_only.c_str(), 0755) == 0);
+  REQUIRE(::access(host_only.c_str(), X_OK) == 0);
+  auto nowhere = host_dir + "-absent/run";
+  auto h = f->create();
+  auto run = [&](const std::string& program) {
+    auto r = f->exec(h, exec_request{{program}, "", {}, 30, ""});
+    INFO(r.message());
+    REQUIRE(r.value);
+    return *r.value;
+  };
+  auto hidden = run(host_only);
+  auto absent = run(nowhere);
+  INFO(hidden.message << " / " << absent.message);
+  CHECK(hidden.stdout_text.empty());
+  CHECK(hidden.error_type == absent.error_type);
+  CHECK(hidden.return_code == absent.return_code);
+  CHECK(hidden.return_code == 127);
+  // The messages differ only by the path each names.
+  auto unnamed = [](std::string text, const std::string& path) {
+    for (auto pos = text.find(path); pos != std::string::npos;
+         pos = text.find(path))
+      text.replace(pos, path.size(), "PATH");
+    return text;
+  };
+  CHECK(unnamed(hidden.message, host_only) == unnamed(absent.message, nowhere));
+  CHECK(unnamed(hidden.stderr_text, host_only) ==
+        unnamed(absent.stderr_text, nowhere));
+  f->stop_and_expect_gone(h);
+  ::unlink(host_only.c_str());
+  ::rmdir(host_dir.c_str());
+}

@@ -102,9 +102,12 @@ launch_plan make_launch_plan(const local_sandbox& sb, const exec_request& req,
     p.argv.front() = cfg.python_path;
   } else if (name.find('/') != std::string::npos) {
     p.program = name;
-    // Checked here, as the sandbox will see it (the same host paths): under
-    // bwrap a missing program would look like the runner's exit 127.
-    if (::faccessat(p.cwd.get(), name.c_str(), X_OK, 0) != 0)
+    // Without isolation the command sees the host's paths: checked here,
+    // as it will see them. Under bwrap the sandbox resolves it in its own
+    // view (its exec fails with 127, or bwrap cannot start it): a check on
+    // the host, as root, would tell a caller which host paths exist.
+    if (cfg.isolation->mode != isolation_mode::bwrap &&
+        ::faccessat(p.cwd.get(), name.c_str(), X_OK, 0) != 0)
       p.error = "cannot run " + name + ": " + std::strerror(errno);
   } else {
     p.program = find_program(name, sandbox_path);
