@@ -627,6 +627,14 @@ TEST_CASE_METHOD(nodes_fixture,
                  "again (issue 19 item 5)",
                  "[nodes][trust]") {
   start(1, 2);
+  // Spawned first: spawning runs the scheduler, which would let the node
+  // answer (and free the create peeked below) before the forgery lands.
+  // One argument: CAF 0.17's init_fun_factory dereferences a null argument
+  // tuple for a function actor spawned with none (UBSan reports it).
+  auto forger = keep(sys.spawn(
+    [](caf::event_based_actor*, int) -> caf::behavior { return {[](int) {}}; },
+    0));
+  run();
   client->send(provider, create_atom::value, spec);
   // The front asked the node; before the node answers, someone else
   // answers with the same (sequential) message id.
@@ -645,14 +653,7 @@ TEST_CASE_METHOD(nodes_fixture,
   auto* asked = node->mailbox().peek();
   REQUIRE(asked != nullptr);
   REQUIRE(asked->content().match_elements<create_atom, sandbox_spec>());
-  // Read now: spawning the forger runs the scheduler, and the node takes
-  // (and frees) the element.
   auto asked_id = asked->mid;
-  // One argument: CAF 0.17's init_fun_factory dereferences a null argument
-  // tuple for a function actor spawned with none (UBSan reports it).
-  auto forger = keep(sys.spawn(
-    [](caf::event_based_actor*, int) -> caf::behavior { return {[](int) {}}; },
-    0));
   caf::actor_cast<caf::abstract_actor*>(provider)->enqueue(
     caf::make_mailbox_element(caf::actor_cast<caf::strong_actor_ptr>(forger),
                               asked_id.response_id(), {},
