@@ -21,6 +21,7 @@
 #include <caf/send.hpp>
 #include <catch2/catch.hpp>
 #include <map>
+#include <variant>
 
 using namespace sv;
 
@@ -664,4 +665,108 @@ TEST_CASE_METHOD(nodes_fixture,
   REQUIRE(hdl);
   CHECK(hdl->sandbox_id.find("forged") == std::string::npos);
   CHECK(hdl->state == "n0:1");
+}
+
+namespace {
+
+/// Nodes whose backends say `identities[i]` (none: the node does not say),
+/// counting the questions each is asked.
+struct identity_fixture : nodes_fixture {
+  std::vector<int> asked;
+
+  void start_with(const std::vector<json>& identities) {
+    nodes_settings settings;
+    asked.assign(identities.size(), 0);
+    for (size_t i = 0; i < identities.size(); ++i) {
+      backends.push_back(prepare_provider(
+        parse_provider_block(json{{"scripted", json::object()}})));
+      auto inner = keep(backends.back()->spawn(sys));
+      node_identity_fn identity;
+      if (!identities[i].is_null())
+        identity = [this, i, id = identities[i]](const std::string& python) {
+          ++asked[i];
+          auto out = id;
+          out["python"] = python;
+          return out;
+        };
+      nodes.push_back(
+        keep(spawn_node_actor(sys, inner, node_limits{}, identity)));
+      settings.endpoints.push_back("n" + std::to_string(i) + ":1");
+    }
+    provider = keep(spawn_nodes_provider(sys, settings, nodes));
+    run();
+  }
+
+  /// The provider's answer to a grade identity question, or its error.
+  std::variant<json, caf::error> identity(const std::string& python) {
+    client->send(caf::actor_cast<caf::actor>(provider),
+                 grade_identity_atom::value, python);
+    run();
+    if (auto text = take<std::string>())
+      return json::parse(*text);
+    auto err = take<caf::error>();
+    REQUIRE(err);
+    return *err;
+  }
+};
+
+} // namespace
+
+TEST_CASE_METHOD(identity_fixture,
+                 "a front's grade identity holds what every node runs",
+                 "[nodes]") {
+  // Issue 19 item 10: the cache key of a nodes front holds each node's own
+  // grade identity, not only the nodes block's settings.
+  start_with({json{{"name", "local"}, {"interpreter", "3.11"}},
+              json{{"name", "local"}, {"interpreter", "3.11"}}});
+  auto same = identity("python3");
+  REQUIRE(std::holds_alternative<json>(same));
+  CHECK(std::get<json>(same) ==
+        json::array({json{
+          {"name", "local"}, {"interpreter", "3.11"}, {"python", "python3"}}}));
+  CHECK(asked == std::vector<int>{1, 1});
+  // Asked once per name while a node stays up.
+  identity("python3");
+  CHECK(asked == std::vector<int>{1, 1});
+  auto other = identity("pypy");
+  REQUIRE(std::holds_alternative<json>(other));
+  CHECK(std::get<json>(other)[0]["python"] == "pypy");
+  CHECK(asked == std::vector<int>{2, 2});
+}
+
+TEST_CASE_METHOD(identity_fixture,
+                 "nodes that run different things are all in the identity",
+                 "[nodes]") {
+  start_with({json{{"interpreter", "3.12"}}, json{{"interpreter", "3.11"}}});
+  auto both = identity("python3");
+  REQUIRE(std::holds_alternative<json>(both));
+  // Sorted, whatever the order of the nodes.
+  CHECK(std::get<json>(both) ==
+        json::array({json{{"interpreter", "3.11"}, {"python", "python3"}},
+                     json{{"interpreter", "3.12"}, {"python", "python3"}}}));
+  // A lost node's identity leaves the key with it.
+  caf::anon_send_exit(nodes[1], caf::exit_reason::kill);
+  run();
+  auto one = identity("python3");
+  REQUIRE(std::holds_alternative<json>(one));
+  CHECK(std::get<json>(one) ==
+        json::array({json{{"interpreter", "3.12"}, {"python", "python3"}}}));
+}
+
+TEST_CASE_METHOD(identity_fixture,
+                 "no identity without every node's answer: the question fails",
+                 "[nodes]") {
+  start_with({json{{"interpreter", "3.11"}}, json{}});
+  auto err = identity("python3");
+  REQUIRE(std::holds_alternative<caf::error>(err));
+  CHECK(describe(std::get<caf::error>(err))
+          .find("does not say what it grades with") != std::string::npos);
+  // None up: nothing to say.
+  caf::anon_send_exit(nodes[0], caf::exit_reason::kill);
+  caf::anon_send_exit(nodes[1], caf::exit_reason::kill);
+  run();
+  auto none = identity("python3");
+  REQUIRE(std::holds_alternative<caf::error>(none));
+  CHECK(describe(std::get<caf::error>(none)).find("no node is up") !=
+        std::string::npos);
 }

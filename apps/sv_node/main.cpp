@@ -221,7 +221,14 @@ int run(const cli_options& opts, const sigset_t& signals) {
   }
   caf::actor_system sys{cfg};
   auto inner = backend->spawn(sys);
-  auto node = spawn_node_actor(sys, inner, limits);
+  // A front's cache key holds what this node grades with (issue 19 item
+  // 10): its backend's identity, asked per interpreter name.
+  auto identity = [backend](const std::string& python) {
+    verification_config c;
+    c.python = python;
+    return backend->grade_identity(c);
+  };
+  auto node = spawn_node_actor(sys, inner, limits, identity);
   uint16_t published = 0;
   if (!opts.listen.empty()) {
     // The BASP gate listens (TLS, frame checks) and hands each

@@ -9,6 +9,7 @@
 #include <caf/actor_system.hpp>
 #include <caf/event_based_actor.hpp>
 #include <caf/make_message.hpp>
+#include <caf/scheduler/test_coordinator.hpp>
 #include <caf/scoped_actor.hpp>
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
@@ -51,6 +52,10 @@ struct front_entry {
 struct node_state {
   provider_actor inner;
   node_limits limits;
+  node_identity_fn identity;
+  /// `grade_identity` questions being answered (each on a thread of its
+  /// own): bounded.
+  uint32_t identity_asks = 0;
   bool draining = false;
   /// Sandboxes created or being created and not stopped yet.
   uint32_t in_use = 0;
@@ -113,6 +118,75 @@ std::string new_sandbox_id() {
   std::snprintf(buf, sizeof buf, "sbx-%08x%08x%08x%08x", words[0], words[1],
                 words[2], words[3]);
   return buf;
+}
+
+/// Answers one `grade_identity` question off the scheduler threads (the
+/// backend may run the interpreter to learn its version), then exits.
+using identity_helper_actor = caf::typed_actor<
+  caf::replies_to<grade_identity_atom, std::string>::with<std::string>>;
+
+identity_helper_actor::behavior_type
+identity_helper(identity_helper_actor::pointer self,
+                node_identity_fn identity) {
+  return {
+    [=](grade_identity_atom,
+        const std::string& python) -> caf::result<std::string> {
+      self->quit();
+      auto rp = self->make_response_promise<std::string>();
+      try {
+        rp.deliver(identity(python).dump());
+      } catch (const std::exception& e) {
+        rp.deliver(make_error(provider_errc::unavailable,
+                              std::string{"this node cannot say what it "
+                                          "grades with: "} +
+                                e.what()));
+      }
+      return rp;
+    },
+  };
+}
+
+/// Questions answered at once; more are refused (they cost a thread each).
+constexpr uint32_t max_identity_asks = 4;
+/// The longest interpreter name asked about.
+constexpr size_t max_python_name = 4096;
+
+caf::result<std::string> on_grade_identity(self_ptr self, std::string& python) {
+  auto& st = self->state;
+  if (!caller(self))
+    return make_error(provider_errc::unavailable,
+                      "refused: the caller is not an authenticated front");
+  if (!st.identity)
+    return make_error(provider_errc::unavailable,
+                      "this node does not say what it grades with");
+  if (python.size() > max_python_name)
+    return make_error(provider_errc::invalid_argument,
+                      "python: longer than " + std::to_string(max_python_name) +
+                        " bytes");
+  if (st.identity_asks >= max_identity_asks)
+    return make_error(provider_errc::unavailable,
+                      "busy: " + std::to_string(max_identity_asks) +
+                        " grade identity questions already being answered");
+  // Detached (a thread of its own), except on CAF's deterministic test
+  // scheduler, which cannot run one.
+  auto deterministic = dynamic_cast<caf::scheduler::test_coordinator*>(
+                         &self->system().scheduler()) != nullptr;
+  auto helper = deterministic
+                  ? self->spawn(identity_helper, st.identity)
+                  : self->spawn<caf::detached>(identity_helper, st.identity);
+  ++st.identity_asks;
+  auto rp = self->make_response_promise<std::string>();
+  self->request(helper, call_timeout, grade_identity_atom::value, python)
+    .then(
+      [=](std::string& text) mutable {
+        --self->state.identity_asks;
+        rp.deliver(std::move(text));
+      },
+      [=](caf::error& err) mutable {
+        --self->state.identity_asks;
+        rp.deliver(std::move(err));
+      });
+  return rp;
 }
 
 caf::error no_such(const std::string& id) {
@@ -331,9 +405,11 @@ void on_front_down(self_ptr self, const caf::down_msg& dm) {
 } // namespace
 
 node_impl::behavior_type node_behavior(self_ptr self, provider_actor inner,
-                                       node_limits limits) {
+                                       node_limits limits,
+                                       node_identity_fn identity) {
   self->state.inner = inner;
   self->state.limits = limits;
+  self->state.identity = std::move(identity);
   self->set_default_handler(log_and_drop_unexpected);
   self->set_down_handler([=](caf::down_msg& dm) { on_front_down(self, dm); });
   return {
@@ -388,6 +464,9 @@ node_impl::behavior_type node_behavior(self_ptr self, provider_actor inner,
       rp.deliver(st.draining ? 0u : st.limits.capacity, st.in_use);
       return rp;
     },
+    [=](grade_identity_atom, std::string& python) {
+      return on_grade_identity(self, python);
+    },
     [=](drain_atom, caf::timespan wait) -> caf::result<uint32_t> {
       if (!from_own_process(self)) {
         spdlog::warn("refused a drain from another process");
@@ -412,9 +491,9 @@ node_impl::behavior_type node_behavior(self_ptr self, provider_actor inner,
 }
 
 node_actor spawn_node_actor(caf::actor_system& sys, provider_actor inner,
-                            node_limits limits) {
+                            node_limits limits, node_identity_fn identity) {
   return caf::actor_cast<node_actor>(
-    sys.spawn(node_behavior, std::move(inner), limits));
+    sys.spawn(node_behavior, std::move(inner), limits, std::move(identity)));
 }
 
 uint32_t drain_node(caf::actor_system& sys, const node_actor& node,

@@ -12,6 +12,8 @@
 #include <caf/timespan.hpp>
 #include <chrono>
 #include <cstdint>
+#include <functional>
+#include <string>
 
 namespace sv {
 
@@ -22,10 +24,22 @@ using drain_atom = caf::atom_constant<caf::atom("drain")>;
 /// a name that stays the same across its reconnects; replies ok.
 using join_atom = caf::atom_constant<caf::atom("join")>;
 
+/// front -> node: `(grade_identity, python)` is answered with what the
+/// node grades with for the interpreter name `python` (its backend's
+/// `grade_identity`, providers/factory.hpp), as JSON text. Part of a
+/// front's cache key (issue 19 item 10).
+using grade_identity_atom = caf::atom_constant<caf::atom("gradeident")>;
+
 using node_actor = provider_actor::extend<
   // Capacity (0 while draining) and sandboxes in use (created or being
   // created, not stopped).
-  caf::replies_to<node_info_atom>::with<uint32_t, uint32_t>>;
+  caf::replies_to<node_info_atom>::with<uint32_t, uint32_t>,
+  caf::replies_to<grade_identity_atom, std::string>::with<std::string>>;
+
+/// What a node grades with for an interpreter name (its backend's
+/// `grade_identity`); it may block (it runs on a thread of its own) and
+/// throw (the question then fails).
+using node_identity_fn = std::function<json(const std::string& python)>;
 
 /// How a node admits work.
 struct node_limits {
@@ -59,8 +73,9 @@ uint32_t drain_node(caf::actor_system& sys, const node_actor& node,
 /// only from the front that created it (its peer identity,
 /// peer_identity.hpp, and actor; anyone else hears `no_such_sandbox`) and,
 /// when a front is lost, stops every sandbox that front created or was
-/// creating. Not linked to `inner`.
+/// creating. Not linked to `inner`. `identity` answers `grade_identity`
+/// questions of authenticated fronts (none: they are refused).
 node_actor spawn_node_actor(caf::actor_system& sys, provider_actor inner,
-                            node_limits limits);
+                            node_limits limits, node_identity_fn identity = {});
 
 } // namespace sv

@@ -2,6 +2,7 @@
 
 #include "actors/quiet.hpp"
 #include "actors/waiters.hpp"
+#include "messages/bounded_json.hpp"
 #include "messages/errors.hpp"
 #include "messages/json.hpp"
 #include "providers/factory.hpp"
@@ -24,6 +25,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <set>
 #include <spdlog/spdlog.h>
 
@@ -151,6 +153,10 @@ struct node_slot {
   uint64_t call_failures = 0;
   std::vector<double> lifetimes_ms;
   std::map<uint64_t, fail_fn> pending;
+  /// What the node said it grades with, by interpreter name (JSON text),
+  /// since it came up: asked again after a loss (it may have been
+  /// reconfigured).
+  std::map<std::string, std::string> identities;
 };
 
 /// Slots of `n` in use, ours and other fronts'.
@@ -227,6 +233,103 @@ void answer_capacity_waiters(self_ptr self) {
     st.capacity_waiters.answer_all(total);
 }
 
+/// Interpreter names whose identities a node slot keeps.
+constexpr size_t max_identities_per_node = 16;
+
+/// Answers `(grade_identity, python)`: what every node up grades with, as
+/// the JSON text of a sorted array of their distinct identities (nodes
+/// that differ are all in it: a grade may come from any of them). Each
+/// node is asked once per name while it stays up; a failure of any, or no
+/// node up, fails the question (the cache then stores nothing).
+caf::result<std::string> grade_identities(self_ptr self,
+                                          const std::string& python) {
+  auto& st = self->state;
+  std::vector<size_t> ask;
+  bool any = false;
+  for (size_t idx = 0; idx < st.nodes.size(); ++idx) {
+    auto& n = st.nodes[idx];
+    if (!n.up)
+      continue;
+    any = true;
+    if (n.identities.count(python) == 0)
+      ask.push_back(idx);
+  }
+  if (!any)
+    return make_error(provider_errc::unavailable,
+                      "no node is up to say what it grades with");
+  auto combine = [self, python] {
+    std::set<std::string> distinct;
+    for (auto& n : self->state.nodes)
+      if (n.up)
+        if (auto i = n.identities.find(python); i != n.identities.end())
+          distinct.insert(i->second);
+    auto out = json::array();
+    for (auto& text : distinct)
+      out.push_back(json::parse(text));
+    return out.dump();
+  };
+  if (ask.empty())
+    return combine();
+  struct pending_question {
+    caf::typed_response_promise<std::string> rp;
+    size_t left = 0;
+    bool done = false;
+  };
+  auto q = std::make_shared<pending_question>();
+  q->rp = self->make_response_promise<std::string>();
+  q->left = ask.size();
+  auto fail = [q](caf::error err) {
+    if (!q->done) {
+      q->done = true;
+      q->rp.deliver(std::move(err));
+    }
+  };
+  for (auto idx : ask) {
+    auto& node = st.nodes[idx];
+    auto asked = node.hdl;
+    auto gen = node.gen;
+    self
+      ->request(asked, std::chrono::seconds{60}, grade_identity_atom::value,
+                python)
+      .then(
+        [=](std::string& text) {
+          auto& n = self->state.nodes[idx];
+          if (!from_asked(self, asked)) {
+            fail(forged_reply(n.endpoint));
+            return;
+          }
+          json parsed;
+          if (auto err = parse_bounded(text, parsed);
+              !err.empty() || !parsed.is_object()) {
+            fail(make_error(provider_errc::unavailable,
+                            "node " + n.endpoint +
+                              " answered its grade identity with no JSON "
+                              "object"));
+            return;
+          }
+          if (n.gen == gen && n.up &&
+              n.identities.size() < max_identities_per_node)
+            n.identities[python] = parsed.dump();
+          if (--q->left == 0 && !q->done) {
+            q->done = true;
+            q->rp.deliver(combine());
+          }
+        },
+        [=](caf::error& err) {
+          auto& n = self->state.nodes[idx];
+          if (!error_from_asked(self, asked)) {
+            fail(forged_reply(n.endpoint));
+            return;
+          }
+          fail(
+            make_error(provider_errc::unavailable,
+                       "node " + n.endpoint +
+                         " did not say what it grades with: " + describe(err)));
+        });
+  }
+  return q->rp;
+}
+
 /// The BASP gate (transport/basp_gate.hpp): connects and publishes like
 /// CAF's middleman actor, over TLS with frame checks.
 caf::actor mm_actor(self_ptr self) {
@@ -264,6 +367,7 @@ void lose(self_ptr self, size_t idx, const std::string& why) {
   node.up = false;
   node.in_use = 0;
   node.foreign = 0;
+  node.identities.clear();
   ++node.gen;
   ++node.losses;
   if (node.hdl)
@@ -878,6 +982,11 @@ caf::behavior nodes_provider(self_ptr self, nodes_settings settings,
         return refused("a stats question");
       return stats_text(self);
     },
+    [=](grade_identity_atom, std::string& python) -> caf::result<std::string> {
+      if (!from_own_process(self))
+        return refused("a grade identity question");
+      return grade_identities(self, python);
+    },
     [=](nodes_capacity_atom, caf::timespan wait) -> caf::result<uint64_t> {
       if (!from_own_process(self))
         return refused("a capacity question");
@@ -909,8 +1018,34 @@ public:
     // nop
   }
 
-  json grade_identity(const verification_config&) const override {
-    return identity_;
+  // What grades here is what the nodes run: the nodes block's settings and
+  // every node's own identity (asked by the provider over the
+  // authenticated connections, kept while a node stays up). Blocks the
+  // caller's thread, never a scheduler thread.
+  json grade_identity(const verification_config& c) const override {
+    caf::actor_system* sys = nullptr;
+    caf::actor provider;
+    {
+      std::lock_guard<std::mutex> guard{mtx_};
+      sys = sys_;
+      provider = caf::actor_cast<caf::actor>(provider_);
+    }
+    if (!sys || !provider)
+      throw std::runtime_error("nodes provider: not started, no node to say "
+                               "what it grades with");
+    caf::scoped_actor self{*sys};
+    std::string text;
+    std::string failure;
+    self
+      ->request(provider, std::chrono::seconds{90}, grade_identity_atom::value,
+                c.python)
+      .receive([&](std::string& answer) { text = std::move(answer); },
+               [&](caf::error& err) { failure = describe(err); });
+    if (!failure.empty())
+      throw std::runtime_error("nodes provider: " + failure);
+    auto out = identity_;
+    out["nodes"] = json::parse(text);
+    return out;
   }
 
   retry_settings retry_defaults() const override {
@@ -922,8 +1057,12 @@ public:
   }
 
   provider_actor spawn(caf::actor_system& sys) const override {
-    return caf::actor_cast<provider_actor>(
+    auto hdl = caf::actor_cast<provider_actor>(
       sys.spawn(nodes_provider, settings_, std::vector<node_actor>{}));
+    std::lock_guard<std::mutex> guard{mtx_};
+    sys_ = &sys;
+    provider_ = caf::actor_cast<caf::weak_actor_ptr>(hdl);
+    return hdl;
   }
 
   void shut_down() override {
@@ -933,6 +1072,10 @@ public:
 private:
   nodes_settings settings_;
   json identity_;
+  mutable std::mutex mtx_;
+  /// The provider spawned last (a restart replaces it), not kept alive.
+  mutable caf::actor_system* sys_ = nullptr;
+  mutable caf::weak_actor_ptr provider_;
 };
 
 } // namespace
