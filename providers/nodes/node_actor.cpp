@@ -176,7 +176,9 @@ caf::result<std::string> on_grade_identity(self_ptr self, std::string& python) {
                   : self->spawn<caf::detached>(identity_helper, st.identity);
   ++st.identity_asks;
   auto rp = self->make_response_promise<std::string>();
-  self->request(helper, call_timeout, grade_identity_atom::value, python)
+  self
+    ->request(helper, std::chrono::seconds{30}, grade_identity_atom::value,
+              python)
     .then(
       [=](std::string& text) mutable {
         --self->state.identity_asks;

@@ -63,14 +63,14 @@ class Cluster:
         return os.path.join(self.tmp, name)
 
     def start_node(self, name, port=0, capacity=4, tls=None, join=None,
-                   expect_start=True):
+                   expect_start=True, provider=None):
         config = self.path(f"{name}.json")
         root = self.path(f"root-{name}")
         with open(config, "w") as f:
             # No warm pool: this test reads a node's root as the sandboxes
             # it runs (pooled ones would be there before and after work).
-            json.dump({"local": {"root": root, "isolation": "none",
-                                 "warm_pool": 0}}, f)
+            json.dump(provider or {"local": {"root": root, "isolation": "none",
+                                             "warm_pool": 0}}, f)
         where = (["--join", join, "--name", name] if join
                  else ["--listen", f"127.0.0.1:{port}"])
         cmd = [self.sv_node, *where,
@@ -716,7 +716,43 @@ def case_join(c):
           f"join again: not spread over both: {out}")
 
 
-CASES = {"join": case_join, "spread_and_kill": case_spread_and_kill, "sigstop": case_sigstop,
+def case_cache_identity(c):
+    """Issue 19 item 10: a front's cache key holds what its nodes run. A
+    node restarted on its port with another provider block (its scripted
+    result 0.0 instead of 1.0) is a cache miss, graded 0.0: not the 1.0
+    the cache holds from before."""
+    cache = c.path("cache.sqlite")
+    port = free_port()
+
+    def node(reward):
+        return c.start_node("k0", port=port, provider={"scripted": {
+            "result_text": json.dumps({"reward": reward})}})
+
+    def run():
+        rc, out, err = finish(c.grade([f"127.0.0.1:{port}"], 2, 0,
+                                      extra=["--cache", cache]))
+        check(rc == 0, f"cache_identity: exit {rc}: {err[-3000:]}")
+        one_reply_each(out, 2)
+        return out, err
+
+    first = node(1.0)
+    out, _ = run()
+    check(all(o["ok"] and o["result"] == {"reward": 1.0} and
+              "cached" not in o for o in out), f"run 1: {out}")
+    out, _ = run()
+    check(all(o.get("cached") is True and o["result"] == {"reward": 1.0}
+              for o in out), f"run 2 (same node): not all cached: {out}")
+    first.kill()
+    first.wait(timeout=10)
+    node(0.0)
+    out, err = run()
+    check(all(o["ok"] and o["result"] == {"reward": 0.0} and
+              "cached" not in o for o in out),
+          f"run 3 (node reconfigured): the cache answered: {out}")
+    print("ok: a reconfigured node is another cache key")
+
+
+CASES = {"join": case_join, "cache_identity": case_cache_identity, "spread_and_kill": case_spread_and_kill, "sigstop": case_sigstop,
          "front_lost_and_drain": case_front_lost_and_drain, "tls": case_tls,
          "tls_bad_peer": case_tls_bad_peer, "attacks": case_attacks,
          "unreachable": case_unreachable,
