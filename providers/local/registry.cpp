@@ -3,32 +3,25 @@
 #include "messages/errors.hpp"
 #include "providers/local/host/process.hpp"
 #include "providers/local/host/trusted_dir.hpp"
+#include "providers/local/io_pools.hpp"
 #include "providers/local/isolation.hpp"
 #include "providers/local/sandbox/confined_fs.hpp"
 #include "providers/local/sandbox/exec.hpp"
 #include "providers/local/sandbox/lifecycle.hpp"
 #include "providers/local/sandbox/places.hpp"
 #include "providers/local/sandbox/sandbox.hpp"
+#include "providers/local/warm_pool.hpp"
 
 #include <algorithm>
 #include <boost/asio/bind_executor.hpp>
-#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/post.hpp>
-#include <cerrno>
-#include <cmath>
-#include <condition_variable>
-#include <cstring>
+#include <cstdio>
 #include <deque>
-#include <fcntl.h>
 #include <map>
 #include <mutex>
 #include <random>
 #include <set>
 #include <spdlog/spdlog.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <thread>
-#include <unistd.h>
 #include <unordered_set>
 #include <vector>
 
@@ -43,9 +36,6 @@ namespace {
 /// How long shutdown waits for the I/O threads to finish the last stops
 /// before it abandons what is left.
 constexpr std::chrono::seconds shutdown_wait{30};
-
-/// Threads of the background context: teardowns and the warm pool.
-constexpr size_t background_threads = 2;
 
 /// How many ids of sandboxes torn down at their provider's exit are kept
 /// for a replacement's stop.
@@ -80,10 +70,28 @@ caf::expected<T> guarded(F&& f) {
 
 } // namespace
 
-struct local_registry::impl {
+/// What moves a sandbox along its stop phases (transition()).
+enum class stop_event {
+  /// A stop call.
+  stop_call,
+  /// Its TTL fired.
+  ttl,
+  /// Its provider actor left.
+  owner_exit,
+  /// The registry shuts down.
+  shutdown,
+  /// The next try of a failed stop.
+  retry,
+  /// A teardown failed.
+  teardown_failed,
+};
+
+struct local_registry::impl : detail::warm_pool_host {
   explicit impl(detail::registry_settings settings)
-      : cfg(std::move(settings)), work(asio::make_work_guard(io)),
-        bg_work(asio::make_work_guard(bg)), pool_timer(bg) {
+      : cfg(std::move(settings)),
+        pool({cfg.warm_pool, cfg.warm_pool_start, cfg.warm_pool_tick,
+              cfg.io_threads, cfg.isolation},
+             mtx, pools.bg(), *this) {
     exec_cfg.python_name = cfg.python_name;
     exec_cfg.python_path = cfg.python_path;
     exec_cfg.isolation = cfg.isolation;
@@ -92,24 +100,12 @@ struct local_registry::impl {
   detail::registry_settings cfg;
   detail::exec_settings exec_cfg;
   detail::unique_fd root;
-  asio::io_context io;
-  asio::executor_work_guard<asio::io_context::executor_type> work;
-  std::vector<std::thread> threads;
-  /// The background: teardowns that run behind their reply and the warm
-  /// pool's preparations and removals. Its own threads, below the caller
-  /// path's priority (half the sandboxes' niceness), so that work never
-  /// queues a create, upload, exec or download behind it, nor takes a core
-  /// from one (bench/README.md, "Orchestration overhead").
-  asio::io_context bg;
-  asio::executor_work_guard<asio::io_context::executor_type> bg_work;
-  std::vector<std::thread> bg_threads;
+  /// The caller path and the background (providers/local/io_pools.hpp).
+  detail::io_pools pools;
 
   // -- guarded by mtx --------------------------------------------------------
 
   mutable std::mutex mtx;
-  std::condition_variable idle;
-  size_t running_threads = 0;
-  size_t running_bg_threads = 0;
   std::map<std::string, std::shared_ptr<local_sandbox>> sandboxes;
   std::set<uint64_t> owners;
   uint64_t next_owner = 1;
@@ -122,33 +118,17 @@ struct local_registry::impl {
   size_t creating = 0;
   std::mt19937_64 rng{std::random_device{}()};
   local_registry_stats counters;
-  bool shutting_down = false;
+  bool is_shutting_down = false;
   bool shut_down = false;
-
-  // -- the warm pool, guarded by mtx -----------------------------------------
-
-  /// Sandboxes of one shape prepared ahead of demand.
-  struct pool_slot {
-    /// Ready, never handed out, oldest first.
-    std::deque<std::shared_ptr<local_sandbox>> ready;
-    /// Preparations posted and not finished.
-    size_t preparing = 0;
-    /// Creates of this shape in the current tick, and their rate (per
-    /// tick, decaying).
-    uint64_t creates = 0;
-    double rate = 0;
-  };
-  std::map<detail::sandbox_shape, pool_slot> pool;
-  /// Ticks while the pool holds or prepares anything: rates decay, and a
-  /// shape nobody creates any more is drained.
-  asio::steady_timer pool_timer;
-  bool pool_timer_armed = false;
+  /// Sandboxes of one shape prepared ahead of demand
+  /// (providers/local/warm_pool.hpp).
+  detail::warm_pool pool;
 
   // -- the registry ----------------------------------------------------------
 
   /// Unique across restarts too: pid and start time of this process (the
   /// reaper's proof of ownership), counter and random bits. Under mtx.
-  std::string new_id() {
+  std::string new_id() override {
     char hex[17];
     std::snprintf(hex, sizeof hex, "%016llx",
                   static_cast<unsigned long long>(rng()));
@@ -156,11 +136,73 @@ struct local_registry::impl {
            std::to_string(next_sandbox++) + "-" + std::string{hex, 8};
   }
 
+  // -- what the warm pool asks -----------------------------------------------
+
+  size_t held_outside_pool() const override {
+    return sandboxes.size() + creating;
+  }
+
+  bool shutting_down() const override { return is_shutting_down; }
+
+  std::shared_ptr<local_sandbox> prepare(const detail::sandbox_shape& shape,
+                                         const std::string& id) override {
+    return detail::prepare_local_sandbox(*cfg.isolation, root.get(), cfg.root,
+                                         id, shape,
+                                         asio::make_strand(pools.io()));
+  }
+
+  void adopt_failed(const std::shared_ptr<local_sandbox>& sb,
+                    const caf::error& err) override {
+    ++counters.failed_stops;
+    transition(*sb, stop_event::teardown_failed);
+    sandboxes.emplace(sb->id, sb);
+    schedule_retry(sb, err);
+  }
+
+  // -- stop phases -----------------------------------------------------------
+
+  /// Under mtx: the one place a sandbox's stop phase changes. A stop call,
+  /// a TTL and shutdown move a live or failed sandbox to stopping; its
+  /// provider's exit a live one; a retry a failed one (not during
+  /// shutdown, which tries once more itself). False when `e` does not
+  /// apply (a stop runs already, or a stop call or shutdown took a failed
+  /// sandbox first). A failed teardown always moves it to stop_failed.
+  bool transition(local_sandbox& sb, stop_event e) {
+    switch (e) {
+    case stop_event::teardown_failed:
+      sb.phase = sandbox_phase::stop_failed;
+      return true;
+    case stop_event::retry:
+      if (sb.phase != sandbox_phase::stop_failed || is_shutting_down)
+        return false;
+      break;
+    case stop_event::owner_exit:
+      if (sb.phase != sandbox_phase::live)
+        return false;
+      break;
+    default:
+      if (sb.phase == sandbox_phase::stopping)
+        return false;
+    }
+    sb.phase = sandbox_phase::stopping;
+    // Whether a later stop of the id, once it is gone, is a success: set by
+    // what started this stop (a retry or shutdown keeps what was).
+    if (e != stop_event::retry && e != stop_event::shutdown)
+      sb.by_owner_exit = e == stop_event::owner_exit;
+    return true;
+  }
+
+  /// Locks mtx for transition().
+  bool transition_locked(local_sandbox& sb, stop_event e) {
+    std::lock_guard<std::mutex> guard{mtx};
+    return transition(sb, e);
+  }
+
   /// The live sandbox `id` in `out`, or why there is none.
   caf::error find_live(const std::string& id,
                        std::shared_ptr<local_sandbox>& out) const {
     std::lock_guard<std::mutex> guard{mtx};
-    if (shutting_down)
+    if (is_shutting_down)
       return unavailable();
     auto i = sandboxes.find(id);
     if (i == sandboxes.end() || i->second->phase != sandbox_phase::live)
@@ -201,7 +243,7 @@ struct local_registry::impl {
                                              const sandbox_spec& spec) {
     {
       std::lock_guard<std::mutex> guard{mtx};
-      if (shutting_down)
+      if (is_shutting_down)
         return unavailable();
     }
     auto& iso = *cfg.isolation;
@@ -211,18 +253,17 @@ struct local_registry::impl {
       if (auto why = detail::check_workdir(iso, spec.workdir); !why.empty())
         throw detail::fs_error(provider_errc::invalid_argument, why);
       auto shape = detail::shape_of(iso, spec);
-      sb = take_pooled(shape);
+      sb = pool.take(shape);
       for (int tries = 0; !sb; ++tries) {
         try {
-          sb = detail::prepare_local_sandbox(iso, root.get(), cfg.root, id,
-                                             shape, asio::make_strand(io));
+          sb = prepare(shape, id);
         } catch (const std::runtime_error&) {
           // Pooled sandboxes of other shapes hold uids a create needs:
           // one of them goes, and the create tries again.
-          auto spare = tries == 0 ? take_any_pooled() : nullptr;
+          auto spare = tries == 0 ? pool.take_any() : nullptr;
           if (!spare)
             throw;
-          destroy_pooled(spare);
+          pool.destroy(spare);
         }
       }
       detail::assign_spec(iso, *sb, spec);
@@ -235,7 +276,7 @@ struct local_registry::impl {
     sb->owner = owner;
     {
       std::lock_guard<std::mutex> guard{mtx};
-      if (!shutting_down && owners.count(owner) > 0) {
+      if (!is_shutting_down && owners.count(owner) > 0) {
         sandboxes.emplace(sb->id, sb);
         ++counters.created;
         if (spec.ttl_s > 0)
@@ -253,235 +294,12 @@ struct local_registry::impl {
     return unavailable();
   }
 
-  // -- the warm pool ---------------------------------------------------------
-
-  /// How many ticks of creates the pool keeps ready for (at least one
-  /// sandbox while creates come); a tick lasts cfg.warm_pool_tick.
-  static constexpr double pool_lead_ticks = 0.5;
-
-  /// Under mtx: how many sandboxes of `slot`'s shape to keep ready.
-  size_t pool_target(const pool_slot& slot) const {
-    auto rate = std::max(slot.rate, static_cast<double>(slot.creates));
-    if (rate <= 0.25)
-      return 0;
-    auto want = static_cast<size_t>(std::ceil(rate * pool_lead_ticks));
-    return std::clamp<size_t>(want, 1, cfg.warm_pool);
-  }
-
-  /// A pooled sandbox of `shape` that is exactly as prepared, or null (a
-  /// miss). Notes the create for the rate and tops the pool up. On an I/O
-  /// thread.
-  std::shared_ptr<local_sandbox> take_pooled(const detail::sandbox_shape& s) {
-    if (cfg.warm_pool == 0)
-      return nullptr;
-    std::unique_lock<std::mutex> guard{mtx};
-    auto& slot = pool[s];
-    ++slot.creates;
-    while (!slot.ready.empty()) {
-      auto sb = std::move(slot.ready.front());
-      slot.ready.pop_front();
-      guard.unlock();
-      // Its own descriptors and files only: nobody else knows it.
-      auto why = detail::check_unused(*cfg.isolation, *sb);
-      if (why.empty()) {
-        guard.lock();
-        ++counters.pool_hits;
-        refill(s, slot);
-        return sb;
-      }
-      spdlog::warn("local provider: pooled sandbox {} discarded: {}", sb->id,
-                   why);
-      // Off the create's path.
-      asio::post(bg, [this, sb] { destroy_pooled(sb); });
-      guard.lock();
-      ++counters.pool_discarded;
-    }
-    ++counters.pool_misses;
-    refill(s, slot);
-    return nullptr;
-  }
-
-  /// At start, on the constructing thread (never a scheduler's: making a
-  /// registry is slow anyway): the default shape's pool filled as if
-  /// creates of it were coming, ready before the first create can arrive
-  /// (filled on the background threads, it still raced the first creates
-  /// of a run, which then prepared their own at once). Its rate is seeded
-  /// so the ticks keep it, decaying like any rate: an unused pool drains in
-  /// about 4 s. It leaves every I/O thread a uid of the half that refills
-  /// never take.
-  void prewarm() {
-    auto n = cfg.warm_pool_start ? cfg.warm_pool : 0;
-    if (auto& uids = cfg.isolation->uids) {
-      size_t half = uids->count() / 2;
-      n = std::min(n, half > cfg.io_threads ? half - cfg.io_threads : 0);
-    }
-    if (n == 0)
-      return;
-    // Named: GCC 12 warns (falsely) about the fields of a temporary.
-    sandbox_spec defaults;
-    auto shape = detail::shape_of(*cfg.isolation, defaults);
-    std::vector<std::shared_ptr<local_sandbox>> made;
-    for (size_t i = 0; i < n; ++i) {
-      std::string id;
-      {
-        std::lock_guard<std::mutex> guard{mtx};
-        id = new_id();
-      }
-      try {
-        made.push_back(detail::prepare_local_sandbox(*cfg.isolation, root.get(),
-                                                     cfg.root, id, shape,
-                                                     asio::make_strand(io)));
-      } catch (const std::exception& e) {
-        spdlog::warn("local provider: cannot prepare a pooled sandbox: {}",
-                     e.what());
-        break;
-      }
-    }
-    std::lock_guard<std::mutex> guard{mtx};
-    auto& slot = pool[shape];
-    slot.rate = static_cast<double>(n) / pool_lead_ticks;
-    counters.pool_prepared += made.size();
-    for (auto& sb : made)
-      slot.ready.push_back(std::move(sb));
-    refill(shape, slot);
-  }
-
-  /// Any pooled sandbox (to free what it holds), or null.
-  std::shared_ptr<local_sandbox> take_any_pooled() {
-    std::lock_guard<std::mutex> guard{mtx};
-    for (auto& entry : pool)
-      if (!entry.second.ready.empty()) {
-        auto sb = std::move(entry.second.ready.front());
-        entry.second.ready.pop_front();
-        return sb;
-      }
-    return nullptr;
-  }
-
-  /// Under mtx: posts the preparations that bring `slot` to its target.
-  void refill(const detail::sandbox_shape& shape, pool_slot& slot) {
-    if (shutting_down)
-      return;
-    auto target = pool_target(slot);
-    // Never more than half the uids in use or pooled: a create must find
-    // one (other providers on the host lease from the same range).
-    size_t held = sandboxes.size() + creating;
-    for (auto& entry : pool)
-      held += entry.second.ready.size() + entry.second.preparing;
-    auto& uids = cfg.isolation->uids;
-    auto uid_room = [&] { return !uids || (held + 1) * 2 <= uids->count(); };
-    while (slot.ready.size() + slot.preparing < target && uid_room()) {
-      ++held;
-      ++slot.preparing;
-      auto id = new_id();
-      asio::post(bg, [this, shape, id] { prepare_pooled(shape, id); });
-    }
-    arm_pool_timer();
-  }
-
-  /// Prepares one sandbox for the pool (a background thread).
-  void prepare_pooled(const detail::sandbox_shape& shape,
-                      const std::string& id) {
-    std::shared_ptr<local_sandbox> sb;
-    try {
-      sb = detail::prepare_local_sandbox(*cfg.isolation, root.get(), cfg.root,
-                                         id, shape, asio::make_strand(io));
-    } catch (const std::exception& e) {
-      spdlog::warn("local provider: cannot prepare a pooled sandbox: {}",
-                   e.what());
-    }
-    std::unique_lock<std::mutex> guard{mtx};
-    auto& slot = pool[shape];
-    --slot.preparing;
-    if (!sb)
-      return;
-    ++counters.pool_prepared;
-    if (!shutting_down && slot.ready.size() < pool_target(slot)) {
-      slot.ready.push_back(std::move(sb));
-      return;
-    }
-    guard.unlock();
-    destroy_pooled(sb);
-  }
-
-  /// Tears down a sandbox that was never handed out; one that does not go
-  /// becomes known as a failed stop (retried, and tried again at shutdown).
-  void destroy_pooled(const std::shared_ptr<local_sandbox>& sb) {
-    sb->torn_down = true;
-    auto err = detail::teardown_local_sandbox(*sb);
-    if (!err)
-      return;
-    std::lock_guard<std::mutex> guard{mtx};
-    ++counters.failed_stops;
-    sb->phase = sandbox_phase::stop_failed;
-    sandboxes.emplace(sb->id, sb);
-    schedule_retry(sb, err);
-  }
-
-  /// Under mtx: ticks the pool while it holds or prepares anything.
-  void arm_pool_timer() {
-    if (pool_timer_armed || shutting_down)
-      return;
-    pool_timer_armed = true;
-    pool_timer.expires_after(cfg.warm_pool_tick);
-    pool_timer.async_wait([this](boost::system::error_code ec) {
-      if (!ec)
-        pool_tick_now();
-    });
-  }
-
-  /// One tick: rates decay; what a shape no longer needs is destroyed.
-  void pool_tick_now() {
-    std::vector<std::shared_ptr<local_sandbox>> surplus;
-    {
-      std::lock_guard<std::mutex> guard{mtx};
-      pool_timer_armed = false;
-      if (shutting_down)
-        return;
-      bool busy = false;
-      for (auto i = pool.begin(); i != pool.end();) {
-        auto& slot = i->second;
-        // Halves in about three ticks: an idle shape drains in ~2 s.
-        slot.rate = 0.8 * slot.rate + 0.2 * static_cast<double>(slot.creates);
-        slot.creates = 0;
-        auto target = pool_target(slot);
-        while (slot.ready.size() > target) {
-          surplus.push_back(std::move(slot.ready.back()));
-          slot.ready.pop_back();
-        }
-        if (slot.ready.empty() && slot.preparing == 0 && target == 0) {
-          i = pool.erase(i);
-          continue;
-        }
-        busy = true;
-        ++i;
-      }
-      if (busy)
-        arm_pool_timer();
-    }
-    for (auto& sb : surplus)
-      destroy_pooled(sb);
-  }
-
-  /// Under mtx, at shutdown: takes every pooled sandbox out.
-  std::vector<std::shared_ptr<local_sandbox>> drain_pool() {
-    std::vector<std::shared_ptr<local_sandbox>> out;
-    for (auto& entry : pool)
-      for (auto& sb : entry.second.ready)
-        out.push_back(std::move(sb));
-    for (auto& entry : pool)
-      entry.second.ready.clear();
-    if (pool_timer_armed)
-      pool_timer.cancel();
-    return out;
-  }
-
   /// Reaps a sandbox its caller forgot, like a stop call.
   void arm_ttl(const std::shared_ptr<local_sandbox>& sb, double ttl_s) {
     sb->ttl.expires_after(to_duration(ttl_s));
     sb->ttl.async_wait(
       asio::bind_executor(sb->strand, [this, sb](boost::system::error_code ec) {
-        if (ec || !begin_stop(*sb, false))
+        if (ec || !transition_locked(*sb, stop_event::ttl))
           return;
         spdlog::warn("local provider: sandbox {} outlived its TTL, stopping it",
                      sb->id);
@@ -490,27 +308,6 @@ struct local_registry::impl {
   }
 
   // -- stop ------------------------------------------------------------------
-
-  /// Moves a live or failed sandbox to stopping; false if it is stopping
-  /// already. `by_owner_exit`: its provider left.
-  bool begin_stop(local_sandbox& sb, bool by_owner_exit) {
-    std::lock_guard<std::mutex> guard{mtx};
-    if (sb.phase == sandbox_phase::stopping)
-      return false;
-    sb.phase = sandbox_phase::stopping;
-    sb.by_owner_exit = by_owner_exit;
-    return true;
-  }
-
-  /// Moves a failed sandbox to stopping for its next try; false if a stop
-  /// call or shutdown took it meanwhile.
-  bool begin_retry(local_sandbox& sb) {
-    std::lock_guard<std::mutex> guard{mtx};
-    if (sb.phase != sandbox_phase::stop_failed || shutting_down)
-      return false;
-    sb.phase = sandbox_phase::stopping;
-    return true;
-  }
 
   /// Starts the teardown of `sb` on its strand. With no command running
   /// (a stop behind its reply), nothing else on the strand touches it any
@@ -521,7 +318,7 @@ struct local_registry::impl {
     sb->ttl.cancel();
     sb->retry.cancel();
     if (sb->execs.empty())
-      asio::post(bg, [this, sb] { finish_stop(sb); });
+      asio::post(pools.bg(), [this, sb] { finish_stop(sb); });
     else
       finish_stop(sb);
   }
@@ -543,7 +340,7 @@ struct local_registry::impl {
           add_tombstone(sb->id);
       } else {
         ++counters.failed_stops;
-        sb->phase = sandbox_phase::stop_failed;
+        transition(*sb, stop_event::teardown_failed);
         schedule_retry(sb, err);
       }
     }
@@ -555,7 +352,7 @@ struct local_registry::impl {
   void schedule_retry(const std::shared_ptr<local_sandbox>& sb,
                       const caf::error& err) {
     auto n = ++sb->failed_stops;
-    if (shutting_down || n >= cfg.stop_attempts) {
+    if (is_shutting_down || n >= cfg.stop_attempts) {
       spdlog::error("local provider: stopping {} failed {} times, last: {}; "
                     "it stays known (a stop call tries again, shutdown "
                     "once more, the next start's reaper removes what is "
@@ -571,7 +368,7 @@ struct local_registry::impl {
     sb->retry.expires_after(delay);
     sb->retry.async_wait(
       asio::bind_executor(sb->strand, [this, sb](boost::system::error_code ec) {
-        if (!ec && begin_retry(*sb))
+        if (!ec && transition_locked(*sb, stop_event::retry))
           run_stop(sb);
       }));
   }
@@ -587,7 +384,7 @@ struct local_registry::impl {
     };
     {
       std::unique_lock<std::mutex> guard{mtx};
-      if (shutting_down) {
+      if (is_shutting_down) {
         guard.unlock();
         return done(unavailable());
       }
@@ -600,11 +397,7 @@ struct local_registry::impl {
       }
       sb = i->second;
       sb->stop_waiters.emplace_back(std::move(answer));
-      if (sb->phase != sandbox_phase::stopping) {
-        sb->phase = sandbox_phase::stopping;
-        sb->by_owner_exit = false;
-        start = true;
-      }
+      start = transition(*sb, stop_event::stop_call);
     }
     if (start)
       asio::post(sb->strand, [this, sb] { run_stop(sb); });
@@ -617,111 +410,37 @@ struct local_registry::impl {
       owners.erase(owner);
       for (auto& entry : sandboxes)
         if (entry.second->owner == owner &&
-            entry.second->phase == sandbox_phase::live) {
-          entry.second->phase = sandbox_phase::stopping;
-          entry.second->by_owner_exit = true;
+            transition(*entry.second, stop_event::owner_exit))
           orphans.push_back(entry.second);
-        }
     }
     for (auto& sb : orphans)
       asio::post(sb->strand, [this, sb] { run_stop(sb); });
   }
 
-  // -- threads ---------------------------------------------------------------
-
-  void start_threads() {
-    std::lock_guard<std::mutex> guard{mtx};
-    for (size_t i = 0; i < cfg.io_threads; ++i) {
-      ++running_threads;
-      threads.emplace_back([this] { run_thread(io, running_threads); });
-    }
-    // Half-way between the caller path (the service's own niceness) and
-    // the sandboxes (`sandbox_nice`, absolute): a teardown still wins a
-    // core from a runner.
-    int sandbox_nice = cfg.isolation->nice;
-    for (size_t i = 0; i < background_threads; ++i) {
-      ++running_bg_threads;
-      bg_threads.emplace_back([this, sandbox_nice] {
-        // Lowering one's own priority needs no privilege; Linux applies
-        // it to this thread only.
-        auto tid = static_cast<id_t>(::syscall(SYS_gettid));
-        errno = 0;
-        auto now = ::getpriority(PRIO_PROCESS, tid);
-        auto target = std::min((now + sandbox_nice + 1) / 2, 19);
-        if (errno == 0 && target > now &&
-            ::setpriority(PRIO_PROCESS, tid, target) != 0)
-          spdlog::warn("local provider: cannot lower the priority of a "
-                       "background thread: {}",
-                       std::strerror(errno));
-        run_thread(bg, running_bg_threads);
-      });
-    }
-  }
-
-  void run_thread(asio::io_context& ctx, size_t& running) {
-    for (;;) {
-      try {
-        ctx.run();
-        break;
-      } catch (const std::exception& e) {
-        spdlog::error("local provider: I/O handler failed: {}", e.what());
-      }
-    }
-    std::lock_guard<std::mutex> guard{mtx};
-    --running;
-    idle.notify_all();
-  }
+  // -- shutdown --------------------------------------------------------------
 
   void shutdown() {
     std::vector<std::shared_ptr<local_sandbox>> all;
     std::vector<std::shared_ptr<local_sandbox>> pooled;
     {
       std::lock_guard<std::mutex> guard{mtx};
-      if (shut_down || shutting_down)
+      if (shut_down || is_shutting_down)
         return;
-      shutting_down = true;
+      is_shutting_down = true;
       // Preparations still running destroy what they make (shutting_down).
-      pooled = drain_pool();
+      pooled = pool.drain();
       for (auto& entry : sandboxes)
-        if (entry.second->phase != sandbox_phase::stopping) {
-          entry.second->phase = sandbox_phase::stopping;
+        if (transition(*entry.second, stop_event::shutdown))
           all.push_back(entry.second);
-        }
     }
     for (auto& sb : all)
       asio::post(sb->strand, [this, sb] { run_stop(sb); });
     for (auto& sb : pooled)
-      asio::post(bg, [this, sb] { destroy_pooled(sb); });
-    // Without the guard, run() returns once the stops and the execs they
-    // kill are done. The background's guard goes only after that: a stop
-    // on a strand may still hand its teardown over.
-    work.reset();
-    {
-      auto until = std::chrono::steady_clock::now() + shutdown_wait;
-      std::unique_lock<std::mutex> guard{mtx};
-      bool done =
-        idle.wait_until(guard, until, [this] { return running_threads == 0; });
-      if (done) {
-        guard.unlock();
-        bg_work.reset();
-        guard.lock();
-        done = idle.wait_until(guard, until,
-                               [this] { return running_bg_threads == 0; });
-      }
-      if (!done) {
-        spdlog::error("local provider: I/O still busy after {} s at "
-                      "shutdown, abandoning it",
-                      shutdown_wait.count());
-        guard.unlock();
-        bg_work.reset();
-        io.stop();
-        bg.stop();
-      }
-    }
-    for (auto* ts : {&threads, &bg_threads})
-      for (auto& t : *ts)
-        if (t.joinable())
-          t.join();
+      asio::post(pools.bg(), [this, sb] { pool.destroy(sb); });
+    if (!pools.finish(shutdown_wait))
+      spdlog::error("local provider: I/O still busy after {} s at "
+                    "shutdown, abandoned it",
+                    shutdown_wait.count());
     std::lock_guard<std::mutex> guard{mtx};
     if (!sandboxes.empty())
       spdlog::error("local provider: {} sandboxes could not be stopped at "
@@ -738,8 +457,8 @@ local_registry::local_registry(detail::registry_settings cfg)
   // Checked again here: the registry keeps this descriptor, and every
   // sandbox directory is made and removed relative to it.
   impl_->root = detail::open_trusted_dir(impl_->cfg.root);
-  impl_->start_threads();
-  impl_->prewarm();
+  impl_->pools.start(impl_->cfg.io_threads, impl_->cfg.isolation->nice);
+  impl_->pool.prewarm();
 }
 
 local_registry::~local_registry() {
@@ -762,7 +481,7 @@ void local_registry::create(uint64_t owner, const sandbox_spec& spec,
   std::string id;
   {
     std::unique_lock<std::mutex> guard{impl_->mtx};
-    if (impl_->shutting_down) {
+    if (impl_->is_shutting_down) {
       // Its I/O threads may be gone: nothing posted would ever run.
       guard.unlock();
       return done(unavailable());
@@ -770,7 +489,7 @@ void local_registry::create(uint64_t owner, const sandbox_spec& spec,
     id = impl_->new_id();
     ++impl_->creating;
   }
-  asio::post(impl_->io,
+  asio::post(impl_->pools.io(),
              [p = impl_.get(), owner, id, spec, done{std::move(done)}] {
                auto r = p->make_sandbox(owner, id, spec);
                {
@@ -862,8 +581,7 @@ local_registry_stats local_registry::stats() const {
   out.known = impl_->sandboxes.size();
   for (auto& entry : impl_->sandboxes)
     out.stop_failed += entry.second->phase == sandbox_phase::stop_failed;
-  for (auto& entry : impl_->pool)
-    out.pooled += entry.second.ready.size();
+  impl_->pool.add_stats(out);
   return out;
 }
 
