@@ -4,7 +4,7 @@
 #include "apps/sv_serve/compat_routes.hpp"
 #include "apps/sv_serve/sandbox_wire.hpp"
 #include "apps/sv_serve/sandboxes.hpp"
-#include "messages/batch_format.hpp"
+#include "apps/sv_serve/verify_routes.hpp"
 
 #include <array>
 #include <atomic>
@@ -133,20 +133,7 @@ bool needs_token(route r) {
 
 /// Every error of sv-serve: {"error": {"code": ..., "message": ...}}.
 std::string error_body(const char* code, const std::string& message) {
-  return json{{"error", {{"code", code}, {"message", message}}}}.dump(
-           -1, ' ', false, json::error_handler_t::replace) +
-         "\n";
-}
-
-/// The status of a graded submission's answer.
-http::status status_of(const verification_outcome& out) {
-  if (out.ok)
-    return http::status::ok;
-  if (out.failure.kind == failure_kind::invalid_request)
-    return http::status::bad_request;
-  if (out.failure.cause == failure_cause::overloaded)
-    return http::status::too_many_requests;
-  return http::status::ok;
+  return error_reply(0, code, message).body;
 }
 
 /// One connection: `Stream` is a beast::tcp_stream or a TLS stream over
@@ -320,10 +307,7 @@ private:
       return serve_identity();
     case route::verify:
     case route::verify_batch:
-      if (st_->draining)
-        return respond(http::status::service_unavailable,
-                       error_body("draining", "draining: no new work"));
-      return route_ == route::verify ? verify_one() : verify_batch();
+      return serve_verify();
     case route::sandboxes:
       return serve_sandbox();
     case route::compat:
@@ -338,25 +322,8 @@ private:
   /// a result cache key (the remote provider's grade identity). Answered
   /// here: the backend keeps each answer after the first (a few stats).
   void serve_identity() {
-    auto target = std::string{parser_->get().target()};
-    auto q = target.find('?');
-    verification_config cfg;
-    if (q != std::string::npos &&
-        !query_value(target.substr(q + 1), "python", cfg.python))
-      return respond(
-        http::status::bad_request,
-        error_body("invalid_request", "python: a bad escape in the query"));
-    if (cfg.python.empty() || !st_->ctx.grade_identity)
-      return respond(http::status::bad_request,
-                     error_body("invalid_request", "python: missing"));
-    try {
-      return respond(http::status::ok,
-                     json{{"identity", st_->ctx.grade_identity(cfg)}}.dump() +
-                       "\n");
-    } catch (const std::exception& e) {
-      return respond(http::status::internal_server_error,
-                     error_body("internal", e.what()));
-    }
+    send_reply(identity_reply(std::string{parser_->get().target()},
+                              st_->ctx.grade_identity));
   }
 
   void serve_metrics() {
@@ -449,6 +416,11 @@ private:
     sandbox_call_ = 0;
     if (gone_)
       return;
+    send_reply(std::move(r));
+  }
+
+  /// Writes a reply of a router (verify_routes, sandboxes, compat_routes).
+  void send_reply(sandbox_reply r) {
     std::vector<std::pair<http::field, std::string>> extra;
     for (auto& [name, value] : r.headers)
       extra.emplace_back(http::string_to_field(name), value);
@@ -487,43 +459,34 @@ private:
     submit(client_, line, std::move(req));
   }
 
-  void verify_one() {
-    auto parsed = parse_batch_line(parser_->get().body(), 1, {}, limits());
+  /// /v1/verify and /v1/verify/batch: the router's plan carried out (its
+  /// reply, or its requests graded and answered as it says).
+  void serve_verify() {
+    verify_call call;
+    call.batch = route_ == route::verify_batch;
+    call.body = std::move(parser_->get().body());
     parser_->get().body().clear();
-    if (!parsed.ok) {
-      // One body, no lines: the message names the field, not "line 1".
-      auto& message = parsed.rejected.outcome.failure.message;
-      if (message.rfind("line 1: ", 0) == 0)
-        message.erase(0, 8);
-      return respond(http::status::bad_request,
-                     render_output_line(parsed.rejected) + "\n");
+    call.limits = limits();
+    call.draining = st_->draining;
+    auto plan = plan_verify_call(std::move(call));
+    if (plan.reply)
+      return send_reply(std::move(*plan.reply));
+    batch_ = plan.stream;
+    if (batch_)
+      start_stream(std::move(plan.rejected_lines));
+    if (!plan.requests.empty()) {
+      start_client();
+      for (auto& [line, req] : plan.requests)
+        submit_line(line, std::move(req));
     }
-    batch_ = false;
-    start_client();
-    submit_line(1, std::move(parsed.request));
+    if (batch_)
+      pump();
   }
 
-  void verify_batch() {
-    batch_ = true;
-    auto body = std::move(parser_->get().body());
-    auto lim = limits();
-    uint64_t line_no = 0;
-    size_t pos = 0;
-    std::vector<std::pair<uint64_t, verification_request>> valid;
-    while (pos < body.size()) {
-      auto end = body.find('\n', pos);
-      if (end == std::string::npos)
-        end = body.size();
-      std::string_view text{body.data() + pos, end - pos};
-      if (!text.empty() && text.back() == '\r')
-        text.remove_suffix(1);
-      pos = end + 1;
-      auto parsed = parse_batch_line(text, ++line_no, {}, lim);
-      if (parsed.ok)
-        valid.emplace_back(line_no, std::move(parsed.request));
-      else
-        chunks_.push_back(render_output_line(parsed.rejected) + "\n");
-    }
+  /// The header of a batch's streamed answer, and its first lines.
+  void start_stream(std::vector<std::string> first_lines) {
+    for (auto& text : first_lines)
+      chunks_.push_back(std::move(text));
     auto res = std::make_shared<http::response<http::empty_body>>(
       http::status::ok, parser_->get().version());
     res->set(http::field::content_type, "application/x-ndjson");
@@ -535,32 +498,17 @@ private:
     header_sent_ = false;
     last_sent_ = false;
     st_->ctx.counters->count_http(200);
-    if (!valid.empty()) {
-      start_client();
-      for (auto& [line, req] : valid)
-        submit_line(line, std::move(req));
-    }
-    pump();
   }
 
   void on_outcome(uint64_t line, verification_outcome out) {
     if (gone_ || outstanding_ == 0)
       return;
     st_->ctx.counters->finished(out);
-    batch_entry entry;
-    entry.line = line;
-    entry.outcome = std::move(out);
-    auto status = status_of(entry.outcome);
     if (--outstanding_ == 0)
       end_work();
-    if (!batch_) {
-      std::vector<std::pair<http::field, std::string>> extra;
-      if (status == http::status::too_many_requests)
-        extra.emplace_back(http::field::retry_after, "1");
-      return respond(status, render_output_line(entry) + "\n",
-                     "application/json", extra);
-    }
-    chunks_.push_back(render_output_line(entry) + "\n");
+    if (!batch_)
+      return send_reply(verify_reply(line, std::move(out)));
+    chunks_.push_back(verify_line(line, std::move(out)));
     pump();
   }
 
