@@ -35,7 +35,21 @@ std::string cache_key_text(const verification_request& req,
   return doc.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
+bool image_pinned(const std::string& image) {
+  // NAME@sha256:<64 hex>: the image's digest is in the key.
+  auto at = image.rfind("@sha256:");
+  if (at == std::string::npos || image.size() != at + 8 + 64)
+    return false;
+  return std::all_of(
+    image.begin() + static_cast<std::ptrdiff_t>(at) + 8, image.end(),
+    [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
 std::string cache_key(const verification_request& req, const json& provider) {
+  // A tag can move and a directory or layout can change: only an image
+  // named by its digest keeps its results.
+  if (!req.config.image.empty() && !image_pinned(req.config.image))
+    return {};
   auto text = cache_key_text(req, provider);
   std::array<unsigned char, EVP_MAX_MD_SIZE> digest{};
   unsigned int len = 0;

@@ -40,8 +40,13 @@ struct cache_error : std::runtime_error {
 std::string cache_key_text(const verification_request& req,
                            const json& provider);
 
-/// SHA-256 of `cache_key_text`, as 64 lowercase hex digits.
+/// SHA-256 of `cache_key_text`, as 64 lowercase hex digits; "" (not
+/// cached) when the request's image is not named by its digest
+/// (`NAME@sha256:<hex>`): a tag can move, a directory can change.
 std::string cache_key(const verification_request& req, const json& provider);
+
+/// Whether `image` names its digest (`...@sha256:<64 hex>`).
+bool image_pinned(const std::string& image);
 
 /// What a cache did so far (thread-safe to read).
 struct cache_counters {

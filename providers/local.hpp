@@ -43,6 +43,19 @@ struct local_provider_config {
   /// of these free.
   size_t io_threads = 4;
 
+  // -- images (docs/providers.md, "Images") ---------------------------------
+
+  /// The image store's directory; empty: `<root>-images` (next to the
+  /// sandbox root).
+  std::string image_store;
+  /// Most MiB of unpacked images kept; past it, unused ones are evicted.
+  uint64_t image_store_max_mib = 20480;
+  /// Registries ("HOST[:PORT]") pulled from over plain HTTP.
+  std::vector<std::string> insecure_registries;
+  /// Seconds a tag's digest is trusted before the registry is asked again
+  /// (0: every create asks).
+  uint64_t image_tag_ttl_s = 60;
+
   // -- isolation and limits (README: "Isolation and limits") ---------------
 
   /// "bwrap", "none", or empty: bwrap when it is on PATH and works here.

@@ -92,6 +92,25 @@ TEST_CASE("the cache key changes with every input that decides the "
   }
 }
 
+TEST_CASE("an image keeps results only when named by its digest") {
+  auto req = base_request();
+  std::string digest(64, 'a');
+  for (auto* image : {"python:3.12-slim", "127.0.0.1:5000/t/a:1",
+                      "oci:/var/lib/sv/images/python:3.12", "/srv/rootfs",
+                      "python@sha256:abc"}) {
+    req.config.image = image;
+    INFO(image);
+    CHECK(key_of(req).empty());
+  }
+  req.config.image = "python@sha256:" + digest;
+  auto pinned = key_of(req);
+  CHECK(pinned.size() == 64);
+  req.config.image = "127.0.0.1:5000/t/a@sha256:" + digest;
+  CHECK(key_of(req) != pinned); // the name is in the key too
+  req.config.image = "python@sha256:" + std::string(64, 'b');
+  CHECK(key_of(req) != pinned);
+}
+
 TEST_CASE("the cache key ignores ids and metadata") {
   auto key = key_of(base_request());
   auto req = base_request();

@@ -60,7 +60,23 @@ TEST_CASE("local provider settings are strict") {
     "default_memory_mib, default_disk_mib, max_memory_mib, max_disk_mib, "
     "max_cpu, sandbox_nice, uid_base, "
     "uid_count, cgroup_parent, allow_user_namespaces, stop_attempts, "
-    "stop_retry_ms, warm_pool, warm_pool_start)");
+    "stop_retry_ms, warm_pool, warm_pool_start, image_store, "
+    "image_store_max_mib, insecure_registries, image_tag_ttl_s)");
+  auto images = parse_local_provider_config(
+    json{{"image_store", "/var/lib/sv/images"},
+         {"image_store_max_mib", 1024},
+         {"insecure_registries", {"127.0.0.1:5000"}},
+         {"image_tag_ttl_s", 0}});
+  CHECK(images.image_store == "/var/lib/sv/images");
+  CHECK(images.image_store_max_mib == 1024);
+  CHECK(images.insecure_registries ==
+        std::vector<std::string>{"127.0.0.1:5000"});
+  CHECK(images.image_tag_ttl_s == 0);
+  CHECK_THROWS_WITH(
+    parse_local_provider_config(json{{"insecure_registries", {"a/b"}}}),
+    "insecure_registries: \"a/b\" is not HOST or HOST:PORT");
+  CHECK_THROWS_AS(parse_local_provider_config(json{{"image_store", "rel"}}),
+                  json_error);
   CHECK_THROWS_AS(parse_local_provider_config(json{{"io_threads", 0}}),
                   json_error);
   CHECK_THROWS_AS(parse_local_provider_config(json{{"python", ""}}),

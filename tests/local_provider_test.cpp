@@ -814,10 +814,14 @@ TEST_CASE("a spec's fields the local provider cannot honour are refused, "
     CHECK(r.code() == code(provider_errc::invalid_argument));
     return r.message();
   };
+  // Images need bwrap as root (tests/image/e2e_image.py runs them).
   CHECK(refused([](auto& s) { s.image = "python:3.12-slim"; }) ==
-        "image: the local provider runs no images (got \"python:3.12-slim\"); "
-        "it runs on the host's view. Leave image empty, or use a provider "
-        "that runs images");
+        "image: the local provider runs images only under isolation "
+        "\"bwrap\" as root (here: isolation none); leave image empty for "
+        "the host's view");
+  CHECK(refused([](auto& s) { s.image = "oci:relative/dir"; }) ==
+        "image \"oci:relative/dir\": the layout or archive path must be "
+        "absolute");
   CHECK(refused([](auto& s) {
           s.provider_options = {{"region", "x"}, {"avoid", 1}};
         }) == "provider_options: the local provider takes none (got avoid, "
@@ -893,7 +897,7 @@ TEST_CASE("a verification whose request the local provider refuses is "
   CHECK(msg.find("resources.memory_mib: 4096 is above this provider's "
                  "max_memory_mib 1024") != std::string::npos);
   msg = grade([](auto& r) { r.config.image = "ubuntu:24.04"; });
-  CHECK(msg.find("image: the local provider runs no images") !=
+  CHECK(msg.find("image: the local provider runs images only under") !=
         std::string::npos);
   msg = grade([](auto& r) { r.config.provider_options = {{"zone", "b"}}; });
   CHECK(msg.find("provider_options: the local provider takes none (got "

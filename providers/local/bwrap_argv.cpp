@@ -33,7 +33,8 @@ bwrap_argv bwrap_command(const isolation_settings& s,
                          const std::string& workdir, const std::string& cwd,
                          int64_t uid, const std::vector<std::string>& argv,
                          const std::map<std::string, std::string>& env,
-                         bool scratch, bool own_netns) {
+                         bool scratch, bool own_netns,
+                         const std::string& image_root) {
   std::vector<std::string> out{s.bwrap, "--unshare-pid"};
   // Unless the launcher entered the sandbox's own empty one already.
   if (!own_netns)
@@ -53,10 +54,15 @@ bwrap_argv bwrap_command(const isolation_settings& s,
   // The prepared view holds a mount point for the workdir unless it is a
   // new top-level directory other than /sandbox.
   auto top = workdir.substr(0, workdir.find('/', 1));
-  if (s.view && (workdir.empty() || is_within(workdir, "/tmp") ||
-                 s.view->has(top.substr(1)) ||
-                 std::any_of(s.hidden.begin(), s.hidden.end(),
-                             [&](auto& h) { return is_within(workdir, h); }))) {
+  if (!image_root.empty()) {
+    // The image's overlay (writable: its upper layer is the sandbox's),
+    // with a private /proc and /dev; the host's paths are not there.
+    add(out, {"--bind", image_root, "/", "--proc", "/proc", "--dev", "/dev"});
+  } else if (s.view &&
+             (workdir.empty() || is_within(workdir, "/tmp") ||
+              s.view->has(top.substr(1)) ||
+              std::any_of(s.hidden.begin(), s.hidden.end(),
+                          [&](auto& h) { return is_within(workdir, h); }))) {
     add(out, {"--ro-bind", s.view->path(), "/"});
     out.insert(out.end(), s.view_tail.begin(), s.view_tail.end());
   } else {
@@ -88,10 +94,13 @@ bwrap_argv bwrap_command(const isolation_settings& s,
     // that steers the loader or libc (refused at the provider's door).
     add(out, {"--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"});
     if (!s.drop.empty()) {
-      if (s.drop_inside != s.drop)
-        add(out, {"--ro-bind", s.drop, s.drop_inside});
+      // In an image the host's path is not there.
+      auto inside =
+        image_root.empty() ? s.drop_inside : std::string{drop_mount_point};
+      if (inside != s.drop)
+        add(out, {"--ro-bind", s.drop, inside});
       auto id = std::to_string(uid);
-      result.command = {s.drop_inside, id, id, "--"};
+      result.command = {inside, id, id, "--"};
     } else
       result.command = {s.setpriv,
                         "--reuid=" + std::to_string(uid),

@@ -28,12 +28,14 @@ struct bwrap_argv {
 /// exactly `env`. With `scratch`, `<host_dir>.tmp` and `<host_dir>.shm`
 /// become its /tmp and /dev/shm. With `own_netns`, bwrap runs in the
 /// network namespace its launcher entered (the sandbox's own, empty) and
-/// makes none.
+/// makes none. With `image_root`, the sandbox's / is that directory (an
+/// image's overlay) instead of the host's view.
 bwrap_argv bwrap_command(const isolation_settings& s,
                          const std::string& host_dir,
                          const std::string& workdir, const std::string& cwd,
                          int64_t uid, const std::vector<std::string>& argv,
                          const std::map<std::string, std::string>& env,
-                         bool scratch = false, bool own_netns = false);
+                         bool scratch = false, bool own_netns = false,
+                         const std::string& image_root = {});
 
 } // namespace sv::detail

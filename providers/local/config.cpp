@@ -145,7 +145,11 @@ local_provider_config parse_local_provider_config(const json& settings) {
                 "stop_attempts",
                 "stop_retry_ms",
                 "warm_pool",
-                "warm_pool_start"});
+                "warm_pool_start",
+                "image_store",
+                "image_store_max_mib",
+                "insecure_registries",
+                "image_tag_ttl_s"});
   read_field(settings, "root",
              [&](const json& v) { cfg.root = read_string(v, "root", true); });
   read_field(settings, "python", [&](const json& v) {
@@ -173,6 +177,31 @@ local_provider_config parse_local_provider_config(const json& settings) {
       throw json_error("warm_pool_start",
                        std::string{"expected a boolean, got "} + v.type_name());
     cfg.warm_pool_start = v.get<bool>();
+  });
+  read_field(settings, "image_store", [&](const json& v) {
+    auto paths = read_paths(json::array({v}), "image_store");
+    cfg.image_store = paths.front();
+  });
+  read_field(settings, "image_store_max_mib", [&](const json& v) {
+    cfg.image_store_max_mib =
+      read_count(v, "image_store_max_mib", 64, uint64_t{1} << 30);
+  });
+  read_field(settings, "image_tag_ttl_s", [&](const json& v) {
+    cfg.image_tag_ttl_s = read_count(v, "image_tag_ttl_s", 0, 86400);
+  });
+  read_field(settings, "insecure_registries", [&](const json& v) {
+    if (!v.is_array())
+      throw json_error("insecure_registries",
+                       std::string{"expected an array, got "} + v.type_name());
+    for (auto& item : v) {
+      auto host = read_string(item, "insecure_registries", false);
+      if (host.size() > 255 ||
+          host.find_first_of("/@ \t\r\n") != std::string::npos)
+        throw json_error("insecure_registries",
+                         "\"" + host.substr(0, 100) +
+                           "\" is not HOST or HOST:PORT");
+      cfg.insecure_registries.push_back(host);
+    }
   });
   read_limits(settings, cfg);
   read_isolation(settings, cfg);

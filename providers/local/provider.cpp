@@ -17,6 +17,7 @@
 #include "providers/local.hpp"
 #include "providers/local/host/process.hpp"
 #include "providers/local/host/trusted_dir.hpp"
+#include "providers/local/image/store.hpp"
 #include "providers/local/isolation.hpp"
 #include "providers/local/reaper.hpp"
 #include "providers/local/registry.hpp"
@@ -113,8 +114,9 @@ std::string number_text(double x) {
 }
 
 /// Every field of a spec is honoured or refused here: the local provider
-/// runs no images, takes no provider options and has no GPUs, and what a
-/// spec asks for stays under the provider's ceilings.
+/// pulls an `image` at create (its form checked here), takes no provider
+/// options and has no GPUs, and what a spec asks for stays under the provider's
+/// ceilings.
 caf::error check_spec(const sandbox_spec& spec, const local_ceilings& max) {
   auto invalid = [](std::string what) {
     return make_error(provider_errc::invalid_argument, std::move(what));
@@ -122,10 +124,11 @@ caf::error check_spec(const sandbox_spec& spec, const local_ceilings& max) {
   if (!(spec.ttl_s >= 0) || spec.ttl_s > max_timeout_s)
     return invalid("ttl_s: must be 0 (none) or seconds up to 604800");
   if (!spec.image.empty())
-    return invalid("image: the local provider runs no images (got \"" +
-                   truncate_for_message(spec.image) +
-                   "\"); it runs on the host's view. Leave image empty, or "
-                   "use a provider that runs images");
+    try {
+      detail::parse_image_ref(spec.image);
+    } catch (const std::exception& e) {
+      return invalid(e.what());
+    }
   if (spec.provider_options.is_object() && !spec.provider_options.empty()) {
     std::string keys;
     for (auto& item : spec.provider_options.items())
@@ -463,6 +466,35 @@ std::shared_ptr<local_registry> make_local_registry(local_provider_config cfg) {
     cfg.max_cpu > 0 ? cfg.max_cpu
                     : std::max(1u, std::thread::hardware_concurrency());
   auto iso = detail::prepare_isolation(cfg, settings.root, python);
+  if (iso.mode != detail::isolation_mode::bwrap || !iso.privileged)
+    settings.image_refusal =
+      "the local provider runs images only under "
+      "isolation \"bwrap\" as root (here: " +
+      std::string{iso.mode == detail::isolation_mode::bwrap
+                    ? "bwrap, not root"
+                    : "isolation none"} +
+      "); leave image empty for the host's view";
+  else if (iso.drop.empty())
+    settings.image_refusal = "the local provider runs images only with "
+                             "sv-drop (built with it), not found here";
+  else {
+    detail::image_store_settings store;
+    store.dir =
+      cfg.image_store.empty() ? settings.root + "-images" : cfg.image_store;
+    store.max_bytes = cfg.image_store_max_mib << 20;
+    store.insecure_registries = cfg.insecure_registries;
+    store.tag_ttl = std::chrono::seconds{cfg.image_tag_ttl_s};
+    store.skopeo =
+      detail::find_program("skopeo", "/usr/bin:/usr/local/bin:/bin");
+    settings.images = std::make_shared<detail::image_store>(std::move(store));
+    spdlog::info("local provider: images stored in {} (up to {} MiB), "
+                 "pulled with {}",
+                 settings.images->settings().dir, cfg.image_store_max_mib,
+                 settings.images->settings().skopeo.empty()
+                   ? std::string{"nothing (skopeo not installed: only root "
+                                 "file system directories)"}
+                   : settings.images->settings().skopeo);
+  }
   auto root_fd = detail::open_trusted_dir(settings.root);
   if (auto n = detail::reap_orphans(root_fd.get(), settings.root, iso.cgroups);
       n > 0)
@@ -474,7 +506,7 @@ std::shared_ptr<local_registry> make_local_registry(local_provider_config cfg) {
   detail::log_isolation(iso);
   spdlog::info("local provider: a spec may ask for up to {} MiB of memory "
                "(max_memory_mib), {} MiB of disk (max_disk_mib), {} cpus "
-               "(max_cpu); no image, provider options or GPU",
+               "(max_cpu); no provider options or GPU",
                settings.ceilings.max_memory_mib, settings.ceilings.max_disk_mib,
                settings.ceilings.max_cpu);
   settings.isolation =

@@ -40,7 +40,8 @@ void list_sandboxes(const std::string& dir, std::set<std::string>& out) {
   if (auto* d = ::opendir(dir.c_str())) {
     while (auto* e = ::readdir(d)) {
       std::string name = e->d_name;
-      // "<id>.tmp" and "<id>.shm" are the /tmp and /dev/shm of <id>.
+      // "<id>.tmp" and "<id>.shm" are the /tmp and /dev/shm of <id>,
+      // "<id>.root" its writable root over an image.
       if (name.compare(0, 3, "sb-") == 0)
         out.insert(name.substr(0, name.find('.')));
     }
@@ -76,7 +77,7 @@ size_t reap_orphans(int root_fd, const std::string& root,
                  "survived SIGKILL",
                  left);
   for (auto& name : orphans)
-    for (auto* suffix : {"", ".tmp", ".shm"})
+    for (auto* suffix : {"", ".tmp", ".shm", ".root"})
       if (auto err = remove_sandbox_dir(root_fd, root, name + suffix);
           !err.empty())
         spdlog::warn("local provider: reaping {}: {}", name, err);

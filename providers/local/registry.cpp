@@ -3,6 +3,7 @@
 #include "messages/errors.hpp"
 #include "providers/local/host/process.hpp"
 #include "providers/local/host/trusted_dir.hpp"
+#include "providers/local/image/store.hpp"
 #include "providers/local/io_pools.hpp"
 #include "providers/local/isolation.hpp"
 #include "providers/local/sandbox/confined_fs.hpp"
@@ -238,6 +239,19 @@ struct local_registry::impl : detail::warm_pool_host {
 
   // -- create ----------------------------------------------------------------
 
+  /// How long a create may pull and unpack its image: its deadline, at
+  /// most its ready timeout (and 10 minutes).
+  static std::chrono::steady_clock::time_point
+  image_deadline(const sandbox_spec& spec) {
+    using clock = std::chrono::steady_clock;
+    auto now = clock::now();
+    auto bound =
+      spec.ready_timeout_s > 0 ? std::min(spec.ready_timeout_s, 600.0) : 600.0;
+    auto out = now + std::chrono::duration_cast<clock::duration>(
+                       std::chrono::duration<double>(bound));
+    return std::min(out, create_deadline(spec, now));
+  }
+
   caf::expected<sandbox_handle> make_sandbox(uint64_t owner,
                                              const std::string& id,
                                              const sandbox_spec& spec) {
@@ -249,6 +263,21 @@ struct local_registry::impl : detail::warm_pool_host {
     auto& iso = *cfg.isolation;
     // The file system work happens outside the lock.
     std::shared_ptr<local_sandbox> sb;
+    std::shared_ptr<const detail::image_tree> image;
+    if (!spec.image.empty()) {
+      if (!cfg.images)
+        return make_error(provider_errc::invalid_argument,
+                          "image: " + cfg.image_refusal);
+      if (auto why = detail::check_workdir(iso, spec.workdir); !why.empty())
+        return make_error(provider_errc::invalid_argument, why);
+      try {
+        image = cfg.images->acquire(spec.image, image_deadline(spec));
+      } catch (const std::exception& e) {
+        return make_error(provider_errc::unavailable,
+                          "image \"" + spec.image.substr(0, 200) +
+                            "\" unavailable: " + e.what());
+      }
+    }
     try {
       if (auto why = detail::check_workdir(iso, spec.workdir); !why.empty())
         throw detail::fs_error(provider_errc::invalid_argument, why);
@@ -266,6 +295,17 @@ struct local_registry::impl : detail::warm_pool_host {
           pool.destroy(spare);
         }
       }
+      if (image)
+        try {
+          detail::attach_image(iso, *sb, image);
+        } catch (...) {
+          // Its .root goes with the rest of it.
+          if (auto err = detail::teardown_local_sandbox(*sb))
+            spdlog::warn("local provider: removing {}, whose image could not "
+                         "be mounted: {}",
+                         sb->id, describe(err));
+          throw;
+        }
       detail::assign_spec(iso, *sb, spec);
     } catch (const detail::fs_error& e) {
       return make_error(e.code(), e.what());

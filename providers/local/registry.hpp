@@ -32,6 +32,7 @@ namespace sv {
 namespace detail {
 
 struct isolation_settings;
+class image_store;
 
 struct registry_settings {
   std::string root;
@@ -40,6 +41,10 @@ struct registry_settings {
   uint64_t max_download_bytes = 0;
   size_t io_threads = 1;
   std::shared_ptr<const isolation_settings> isolation;
+  /// Where a spec's `image` is pulled and unpacked (null: images refused,
+  /// with `image_refusal` saying why).
+  std::shared_ptr<image_store> images;
+  std::string image_refusal;
   uint32_t stop_attempts = 5;
   std::chrono::milliseconds stop_retry_delay{1000};
   /// Most pooled sandboxes of one shape; 0: no pool.

@@ -9,7 +9,11 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fcntl.h>
+#include <linux/openat2.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 namespace sv::detail {
@@ -76,6 +80,65 @@ unique_fd args_file(const std::vector<std::string>& args) {
   return fd;
 }
 
+/// The first executable regular file `name` in `path_list` as the image's
+/// root `root` shows it (its symlinks resolved inside it), or "".
+std::string find_in_image(const std::string& root, const std::string& name,
+                          const std::string& path_list) {
+  unique_fd dir{
+    ::open(root.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)};
+  if (!dir)
+    return {};
+  size_t start = 0;
+  while (start <= path_list.size()) {
+    auto end = path_list.find(':', start);
+    if (end == std::string::npos)
+      end = path_list.size();
+    auto entry = path_list.substr(start, end - start);
+    start = end + 1;
+    if (entry.empty() || entry.front() != '/')
+      continue;
+    auto path = entry + "/" + name;
+    open_how how{};
+    how.flags = O_PATH | O_CLOEXEC;
+    how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS;
+    unique_fd fd{static_cast<int>(
+      ::syscall(SYS_openat2, dir.get(), path.c_str(), &how, sizeof how))};
+    struct stat st;
+    if (fd && ::fstat(fd.get(), &st) == 0 && S_ISREG(st.st_mode) &&
+        (st.st_mode & 0111) != 0)
+      return path;
+  }
+  return {};
+}
+
+/// Resolves argv[0] of a sandbox that runs an image, in the image: the
+/// interpreter's names run the image's python3 (or python).
+void resolve_in_image(const local_sandbox& sb, const env_map& env,
+                      const exec_settings& cfg, launch_plan& p) {
+  const auto& name = p.argv.front();
+  auto path_var = env.count("PATH") ? env.at("PATH") : sandbox_path;
+  const auto& root = sb.confinement.image_root;
+  if (name == cfg.python_name || name == "python3" || name == "python") {
+    for (auto* candidate : {name == "python" ? "python" : "python3",
+                            name == "python" ? "python3" : "python"}) {
+      p.program = find_in_image(root, candidate, path_var);
+      if (!p.program.empty())
+        break;
+    }
+    if (p.program.empty())
+      p.error = "the image has no python3 or python on PATH " + path_var;
+  } else if (name.find('/') != std::string::npos) {
+    p.program = name; // resolved by the sandbox itself
+  } else {
+    p.program = find_in_image(root, name, path_var);
+    if (p.program.empty())
+      p.error =
+        "program \"" + name + "\" not found in the image on PATH " + path_var;
+  }
+  if (!p.program.empty())
+    p.argv.front() = p.program;
+}
+
 } // namespace
 
 std::string sandbox_marker(const std::string& sandbox_id) {
@@ -97,7 +160,9 @@ launch_plan make_launch_plan(const local_sandbox& sb, const exec_request& req,
   p.env = env_entries(env);
   p.argv = req.argv;
   const auto& name = req.argv.front();
-  if (name == cfg.python_name || name == "python3" || name == "python") {
+  if (sb.confinement.image) {
+    resolve_in_image(sb, env, cfg, p);
+  } else if (name == cfg.python_name || name == "python3" || name == "python") {
     p.program = cfg.python_path;
     p.argv.front() = cfg.python_path;
   } else if (name.find('/') != std::string::npos) {
@@ -123,7 +188,8 @@ launch_plan make_launch_plan(const local_sandbox& sb, const exec_request& req,
     argv.front() = p.program;
     auto args = bwrap_command(
       iso, sb.path, sb.workdir, req.cwd, sb.confinement.uid.uid, argv, env,
-      sb.confinement.scratch, static_cast<bool>(sb.confinement.netns));
+      sb.confinement.scratch, static_cast<bool>(sb.confinement.netns),
+      sb.confinement.image_root);
     // The options (with the command's environment) in a file, not on a
     // command line that anyone on the host may read.
     p.args = args_file(args.options);

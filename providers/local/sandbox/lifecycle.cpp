@@ -4,6 +4,7 @@
 #include "providers/local/host/mounts.hpp"
 #include "providers/local/host/netns.hpp"
 #include "providers/local/host/process.hpp"
+#include "providers/local/image/store.hpp"
 #include "providers/local/isolation.hpp"
 #include "providers/local/sandbox/confined_fs.hpp"
 #include "providers/local/sandbox/exec.hpp"
@@ -12,6 +13,7 @@
 #include <cmath>
 #include <cstring>
 #include <fcntl.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -25,7 +27,8 @@ constexpr uint64_t mib = 1024 * 1024;
 std::string remove_sandbox_dirs(int root_fd, const std::string& root,
                                 const std::string& id) {
   std::string failed;
-  for (auto* suffix : {"", scratch_suffixes[0], scratch_suffixes[1]})
+  for (auto* suffix :
+       {"", scratch_suffixes[0], scratch_suffixes[1], image_root_suffix})
     if (auto err = remove_sandbox_dir(root_fd, root, id + suffix); !err.empty())
       failed += (failed.empty() ? "" : "; ") + err;
   return failed;
@@ -106,9 +109,58 @@ prepare_local_sandbox(const isolation_settings& iso, int root_fd,
   }
 }
 
+void attach_image(const isolation_settings& iso, local_sandbox& sb,
+                  std::shared_ptr<const image_tree> image) {
+  if (iso.mode != isolation_mode::bwrap || !iso.privileged)
+    throw fs_error(provider_errc::invalid_argument,
+                   "image: runs only under isolation \"bwrap\" with the "
+                   "provider as root (it mounts the image's overlay)");
+  if (iso.drop.empty())
+    throw fs_error(provider_errc::invalid_argument,
+                   "image: needs sv-drop (built with the provider), which "
+                   "drops to the sandbox's uid without the host's libc");
+  auto& conf = sb.confinement;
+  auto name = sb.id + image_root_suffix;
+  auto dir = sb.root + "/" + name;
+  if (::mkdirat(sb.root_fd, name.c_str(), 0700) != 0)
+    throw std::runtime_error("cannot create " + dir + ": " +
+                             std::strerror(errno));
+  // Whatever the sandbox writes outside its directory, /tmp and /dev/shm,
+  // bounded like its directory.
+  mount_sandbox_tmpfs(dir, conf.disk_bytes, -1, "0700");
+  auto upper = dir + "/upper";
+  auto work = dir + "/work";
+  auto merged = dir + "/merged";
+  for (auto* path : {&upper, &work, &merged})
+    if (::mkdir(path->c_str(), 0755) != 0)
+      throw std::runtime_error("cannot create " + *path + ": " +
+                               std::strerror(errno));
+  // The root directory is the sandbox's own: `mkdir -p /tests` works, the
+  // image's own directories stay root's.
+  if (conf.uid.uid >= 0 &&
+      ::chown(upper.c_str(), static_cast<uid_t>(conf.uid.uid),
+              static_cast<gid_t>(conf.uid.uid)) != 0)
+    throw std::runtime_error("cannot chown " + upper + ": " +
+                             std::strerror(errno));
+  auto options =
+    "lowerdir=" + image->rootfs + ",upperdir=" + upper + ",workdir=" + work;
+  if (::mount("sv-image", merged.c_str(), "overlay", MS_NOSUID | MS_NODEV,
+              options.c_str()) != 0)
+    throw std::runtime_error("cannot mount the image's overlay on " + merged +
+                             ": " + std::strerror(errno));
+  conf.image = std::move(image);
+  conf.image_root = merged;
+}
+
 void assign_spec(const isolation_settings& iso, local_sandbox& sb,
                  const sandbox_spec& spec) {
-  sb.env = spec.env;
+  sb.env.clear();
+  // The image's environment, under the spec's.
+  if (sb.confinement.image)
+    for (auto& [k, v] : sb.confinement.image->env)
+      sb.env[k] = v;
+  for (auto& [k, v] : spec.env)
+    sb.env[k] = v;
   sb.workdir = iso.mode == isolation_mode::bwrap ? spec.workdir : sb.path;
   sb.workdir_alias.clear();
   if (iso.mode != isolation_mode::bwrap && spec.workdir.size() > 1 &&
@@ -201,6 +253,7 @@ caf::error teardown_local_sandbox(local_sandbox& sb) {
     return make_error(provider_errc::io_error, failed);
   // Only now may another sandbox get the uid: nothing of this one is left.
   conf.uid.release();
+  conf.image.reset();
   return caf::none;
 }
 

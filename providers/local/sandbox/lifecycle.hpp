@@ -14,6 +14,7 @@
 namespace sv::detail {
 
 struct isolation_settings;
+struct image_tree;
 
 /// What of a sandbox's confinement its spec decides: two specs of one shape
 /// get interchangeable sandboxes (the warm pool's key).
@@ -42,6 +43,13 @@ std::shared_ptr<local_sandbox>
 prepare_local_sandbox(const isolation_settings& iso, int root_fd,
                       const std::string& root, const std::string& id,
                       const sandbox_shape& shape, io_strand strand);
+
+/// Makes `image` the root of sandbox `sb`: an overlay of its tree and a
+/// writable upper layer on a tmpfs of the sandbox's disk size
+/// (`<id>.root`, removed at teardown). Needs bwrap as root: else fs_error
+/// (invalid_argument). Throws std::runtime_error naming what failed.
+void attach_image(const isolation_settings& iso, local_sandbox& sb,
+                  std::shared_ptr<const image_tree> image);
 
 /// Gives a prepared sandbox the parts of `spec` it only keeps (its
 /// environment and workdir); check_workdir() passed for the spec.

@@ -25,6 +25,7 @@ namespace sv::detail {
 using io_strand = boost::asio::strand<boost::asio::io_context::executor_type>;
 
 class running_exec;
+struct image_tree;
 
 /// The confinement of one sandbox; each part may be absent.
 struct sandbox_confinement {
@@ -40,6 +41,10 @@ struct sandbox_confinement {
   /// Its own empty network namespace (bwrap, as root), entered by each
   /// exec's launcher instead of bwrap making one per exec.
   unique_fd netns;
+  /// The image it runs (held while it lives), or null: the host's view.
+  std::shared_ptr<const image_tree> image;
+  /// The overlay of the image and the sandbox's upper layer (bound at /).
+  std::string image_root;
 };
 
 /// The host directories (siblings of the sandbox's, in its root) of its
@@ -47,6 +52,11 @@ struct sandbox_confinement {
 /// disk (at least 16 MiB each), so with the defaults (1 GiB disk) all three
 /// tmpfs hold 1.3 GiB, below the 2 GiB memory limit they are charged to.
 inline const char* const scratch_suffixes[] = {".tmp", ".shm"};
+
+/// The host directory (a sibling of the sandbox's) of the writable root of
+/// a sandbox that runs an image: a tmpfs holding the overlay's upper and
+/// work directories and, at `merged`, the overlay bwrap binds at /.
+inline const char* const image_root_suffix = ".root";
 inline uint64_t scratch_bytes(uint64_t disk_bytes, size_t i) {
   uint64_t min = uint64_t{16} << 20;
   auto bytes = i == 0 ? disk_bytes / 4 : disk_bytes / 16;

@@ -1,0 +1,100 @@
+#pragma once
+
+// The local provider's image store: a sandbox spec's `image` resolved to a
+// digest, pulled with skopeo (a child process) and unpacked once per
+// digest into a read-only tree every sandbox of that image shares (through
+// its own overlay). Concurrent acquires of one image pull and unpack it
+// once; a size bound evicts images no sandbox holds, least recently used
+// first. Everything here blocks: call it on an I/O thread, never on a CAF
+// scheduler thread. docs/providers.md, "Images", describes the forms.
+
+#include "providers/local/image/layer.hpp"
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace sv::detail {
+
+/// Why an image cannot be had (missing, unreachable, a bad layer): the
+/// create fails `provider_unavailable` with what() in its message.
+class image_error : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+
+struct image_store_settings {
+  /// The store's directory (created 0700 when missing).
+  std::string dir;
+  /// Most bytes of unpacked files; past it, unused images are evicted.
+  uint64_t max_bytes = 20ull << 30;
+  /// Registries ("HOST[:PORT]") reached over plain HTTP.
+  std::vector<std::string> insecure_registries;
+  /// skopeo's path ("" when not installed: only rootfs directories work).
+  std::string skopeo;
+  /// Bounds of one image's unpacked tree.
+  layer_limits limits;
+  /// How long a tag's digest is trusted before it is asked again.
+  std::chrono::seconds tag_ttl{60};
+};
+
+/// One image, unpacked; held by every sandbox that runs it.
+struct image_tree {
+  /// "sha256:<hex>" of its manifest (or "dir:<path>" for a root file
+  /// system directory).
+  std::string digest;
+  /// The read-only root file system.
+  std::string rootfs;
+  /// The image's `Env` ("NAME=value" split), under the spec's.
+  std::vector<std::pair<std::string, std::string>> env;
+  /// Bytes of its files.
+  uint64_t bytes = 0;
+};
+
+/// What a reference is, syntactically: the skopeo source, or a directory.
+struct image_source {
+  /// A skopeo transport string ("docker://...", "oci:...", ...), or "".
+  std::string transport;
+  /// An absolute root file system directory, or "".
+  std::string rootfs;
+  /// The registry host of a docker:// reference ("" for others).
+  std::string registry;
+};
+
+/// Parses `ref`; throws image_error naming what is wrong.
+image_source parse_image_ref(const std::string& ref);
+
+class image_store {
+public:
+  /// A store in `cfg.dir`, which the first acquire makes (or opens,
+  /// dropping half-made images and loading those a previous run left).
+  /// Throws std::runtime_error for a relative directory.
+  explicit image_store(image_store_settings cfg);
+  ~image_store();
+
+  image_store(const image_store&) = delete;
+  image_store& operator=(const image_store&) = delete;
+
+  /// The image `ref`, pulled and unpacked when needed, before `deadline`.
+  /// Throws image_error.
+  std::shared_ptr<const image_tree>
+  acquire(const std::string& ref,
+          std::chrono::steady_clock::time_point deadline);
+
+  /// Pulls run so far (skopeo copy), for the tests and the logs.
+  uint64_t pulls() const;
+
+  const image_store_settings& settings() const;
+
+  struct impl;
+
+private:
+  std::unique_ptr<impl> impl_;
+};
+
+} // namespace sv::detail

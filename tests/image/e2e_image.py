@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""sv-grade end to end with OCI images on the local provider (issue 21,
+items 1, 2 and 5): a test registry on 127.0.0.1 (Debian's docker-registry),
+images built from a small root file system (the host's python and a
+marker file) and pushed with skopeo.
+
+- the runner proves it runs in the image: its marker file, the image's
+  Env, no host file (/usr/bin/apt), `python3` resolved in the image;
+- two images differ; the oci:DIR:TAG and root-directory forms work;
+- / is writable (mkdir -p /tests) and the write is gone with the sandbox;
+- a moved tag is graded afresh (the new image), not from the cache;
+- a missing image and an unreachable registry are masked
+  provider_unavailable at create, never graded on the host's view;
+- hostile layers (.., absolute, a symlinked parent, a device node, a link
+  out) are provider_unavailable naming the entry; the host is untouched;
+- ten concurrent creates of a new image pull it once.
+
+Skipped (77) without root, bwrap, skopeo, umoci or docker-registry.
+Usage: e2e_image.py SV_GRADE MAKE_JOBS PYTHON
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "sv_grade"))
+from e2e_common import Env, check, parse_output  # noqa: E402
+import image_kit  # noqa: E402
+
+RUNNER = """import json, os, sys
+marker = open('/etc/sv-image-marker').read().strip() \\
+    if os.path.exists('/etc/sv-image-marker') else None
+seen = os.path.exists('/tests/left-behind')
+try:
+    os.makedirs('/tests/deep', exist_ok=True)
+    open('/tests/left-behind', 'w').write('x')
+    wrote = True
+except OSError:
+    wrote = False
+json.dump({'reward': 1.0, 'marker': marker, 'exe': sys.executable,
+           'env': os.environ.get('SV_IMAGE_ENV'),
+           'host_apt': os.path.exists('/usr/bin/apt'),
+           'seen_earlier_write': seen, 'wrote_root': wrote},
+          open(sys.argv[2], 'w'))
+"""
+
+
+def line(id_, image):
+    return json.dumps({"id": id_, "request": {}, "exec_timeout_s": 30,
+                       "config": {"python": "python3", "image": image,
+                                  "ready_timeout_s": 120},
+                       "files": {"sandbox_runner.py": RUNNER}})
+
+
+def main():
+    env = Env(sys.argv)
+    missing = image_kit.missing_tools()
+    if missing:
+        print(f"skipped: needs {', '.join(missing)}")
+        sys.exit(77)
+    reg = image_kit.Registry(env.dir)
+    try:
+        run(env, reg)
+    finally:
+        reg.stop()
+
+
+def run(env, reg):
+    store = env.path("images")
+    with open(env.provider_config, "w") as f:
+        json.dump({"local": {"root": env.path("sandboxes"),
+                             "image_store": store,
+                             "insecure_registries": [reg.host],
+                             "image_tag_ttl_s": 0}}, f)
+    a = image_kit.make_image(env.dir, "layout-a", "image-A")
+    b = image_kit.make_image(env.dir, "layout-b", "image-B")
+    ref_a = reg.push(a, "test/a:1")
+    ref_b = reg.push(b, "test/b:1")
+    root_dir = env.path("rootfs-c")
+    subprocess.run([os.path.join(image_kit.HERE, "make_rootfs.sh"), root_dir,
+                    "image-C"], check=True)
+    dead = f"127.0.0.1:{image_kit.free_port()}/test/a:1"
+
+    def grade(lines, extra=()):
+        proc = env.grade(["--input", "-", "--output", "-", "--concurrency",
+                          "10", "--log-level", "info", *extra],
+                         stdin="\n".join(lines) + "\n", timeout=600)
+        check(proc.returncode == 0, f"exit status {proc.returncode}", proc)
+        return {o["id"]: o for o in parse_output(proc.stdout)}, proc
+
+    cache = ["--cache", env.path("cache.db")]
+    out, proc = grade([line("a", ref_a), line("b", "docker://" + ref_b),
+                       line("host", ""), line("oci", "oci:" + b),
+                       line("dir", root_dir), line("a-again", ref_a),
+                       line("missing", f"{reg.host}/test/nope:1"),
+                       line("dead", dead)], cache)
+
+    def result(id_):
+        o = out[id_]
+        check(o["ok"], f"{id_}: {o}", proc)
+        return o["result"]
+
+    for id_, marker in [("a", "image-A"), ("b", "image-B"),
+                        ("oci", "image-B"), ("dir", "image-C"),
+                        ("a-again", "image-A")]:
+        r = result(id_)
+        check(r["marker"] == marker and not r["host_apt"] and
+              r["exe"].startswith("/usr/bin/python3") and
+              r["wrote_root"] and not r["seen_earlier_write"],
+              f"{id_}: {r}", proc)
+    check(result("a")["env"] == "image-A", f"a: {result('a')}")
+    check(result("host")["marker"] is None and result("host")["host_apt"] and
+          not result("host")["wrote_root"],
+          f"host: {result('host')}")
+    for id_, needle in [("missing", "unavailable"), ("dead", "skopeo")]:
+        f = out[id_]["failure"]
+        check(not out[id_]["ok"] and out[id_]["mask_sample"] and
+              (f["failure_kind"], f["state"]) ==
+              ("provider_unavailable", "create") and needle in f["message"],
+              f"{id_}: {out[id_]}", proc)
+
+    # The tag moves: the same line is graded afresh in the new image.
+    reg.push(b, "test/a:1")
+    out, proc = grade([line("a", ref_a)], cache)
+    r = result("a")
+    check(r["marker"] == "image-B" and not out["a"].get("cached"),
+          f"moved tag: {out['a']}", proc)
+
+    # Ten concurrent creates of a new image pull it once.
+    ref_d = reg.push(image_kit.make_image(env.dir, "layout-d", "image-D"),
+                     "test/d:1")
+    out, proc = grade([line(f"d{i}", ref_d) for i in range(10)])
+    for i in range(10):
+        check(result(f"d{i}")["marker"] == "image-D", f"d{i}", proc)
+    pulls = len(re.findall(r"image docker://\S+/test/d:1 \(sha256:[0-9a-f]+\): "
+                           r"pulled in", proc.stderr))
+    check(pulls == 1, f"{pulls} pulls of test/d:1", proc)
+
+    # Hostile layers: each refused naming why, nothing lands on the host.
+    victim = env.path("victim")
+    os.makedirs(victim)
+    E = image_kit.entry
+    hostile = {
+        "dotdot": ([E("../../../../../../../" + victim[1:] + "/x", data=b"e")],
+                   '".." in the name'),
+        "absolute": ([E(victim + "/x", data=b"e")], "absolute name"),
+        "symlink-parent": ([E("esc", tarfile.SYMTYPE, link=victim),
+                            E("esc/x", data=b"e")],
+                           "is a symlink or not a directory"),
+        "device": ([E("dev/sda", tarfile.BLKTYPE)], "a device node"),
+        "link-out": ([E("h", tarfile.LNKTYPE, link="../" + victim)],
+                     '".." in the name'),
+    }
+    lines = []
+    for name, (entries, _) in hostile.items():
+        layout = image_kit.make_raw_image(env.dir, "bad-" + name,
+                                          [[E("etc/ok", data=b"1")], entries])
+        lines.append(line(name, reg.push(layout, f"test/bad-{name}:1")))
+    out, proc = grade(lines)
+    for name, (_, needle) in hostile.items():
+        f = out[name]["failure"]
+        check(not out[name]["ok"] and
+              (f["failure_kind"], f["state"]) ==
+              ("provider_unavailable", "create") and
+              "bad layer" in f["message"] and needle in f["message"],
+              f"{name}: {out[name]}", proc)
+    check(os.listdir(victim) == [], f"the host was written: "
+          f"{os.listdir(victim)}")
+    check(not any(n.endswith(".partial") for n in
+                  os.listdir(os.path.join(store, "images"))),
+          "a half-made image stayed in the store")
+    print("ok: images from a registry, a layout and a directory; moved tag "
+          "regraded; missing and unreachable masked; 5 hostile layers "
+          "refused; 10 concurrent creates, 1 pull")
+
+
+if __name__ == "__main__":
+    main()
