@@ -15,14 +15,18 @@ ln -sfn usr/lib "$dir"/lib
 ln -sfn usr/lib64 "$dir"/lib64
 cp -a "$py" "$dir"/usr/bin/
 ln -sfn "$(basename "$py")" "$dir"/usr/bin/python3
-for lib in $(ldd "$py" | awk '/=>/ {print $3} /ld-linux/ {print $1}'); do
+# The interpreter's libraries and those of its extension modules (ctypes:
+# libffi, ssl, sqlite3, ...).
+stdlib=/usr/lib/$(basename "$py")
+for lib in $(ldd "$py" "$stdlib"/lib-dynload/*.so 2>/dev/null |
+             awk '/=>/ && $3 ~ /^\// {print $3} /ld-linux/ {print $1}' |
+             sort -u); do
   real=$(readlink -f "$lib")
   case "$lib" in
     */ld-linux*) cp "$real" "$dir"/usr/lib64/"$(basename "$lib")" ;;
     *) cp "$real" "$dir"/usr/lib/x86_64-linux-gnu/"$(basename "$lib")" ;;
   esac
 done
-stdlib=/usr/lib/$(basename "$py")
 mkdir -p "$dir$stdlib"
 # The standard library without its tests, bytecode kept (start-up speed).
 (cd "$stdlib" && tar cf - --exclude=./test --exclude=./idlelib \
