@@ -134,6 +134,11 @@ struct supervisor_state {
   /// `provider` is up and takes work.
   bool provider_alive = true;
   size_t max_in_flight = 0;
+  /// Verifications admitted at once now (at most max_in_flight): halved
+  /// by each provider crash (to half of what it had in flight), one more
+  /// per verification that comes through, so that a provider crashing
+  /// every N calls still gets work done between crashes.
+  size_t window = 0;
   size_t max_queue = 0;
   size_t max_creating = 0;
   size_t max_stopping = 0;
@@ -257,7 +262,8 @@ void deliver(self_ptr self, outcome_promise& promise,
 bool has_slot(self_ptr self) {
   auto& st = self->state;
   return st.provider_alive && !st.given_up &&
-         st.running.size() - st.stopping < st.max_in_flight &&
+         st.running.size() - st.stopping <
+           std::min(st.max_in_flight, st.window) &&
          st.running.size() < st.max_in_flight + st.max_stopping &&
          st.creating < st.max_creating;
 }
@@ -586,10 +592,17 @@ void on_provider_down(self_ptr self, const caf::error& reason) {
   auto dead = st.provider.address();
   st.provider = provider_actor{};
   st.provider_alive = false;
+  size_t lost = 0;
   for (auto& [addr, entry] : st.running)
-    if (entry.provider == dead)
+    if (entry.provider == dead) {
       caf::anon_send(caf::actor_cast<verification_actor>(addr),
                      provider_lost_atom::value);
+      if (!entry.replied)
+        ++lost;
+    }
+  // What it had in flight was too much to get through before it crashed.
+  if (lost > 0)
+    st.window = std::max<size_t>(1, std::min(st.window, lost / 2));
   for (auto& [addr, waiting] : st.lingering)
     caf::anon_send(caf::actor_cast<verification_actor>(addr),
                    provider_lost_atom::value);
@@ -734,8 +747,11 @@ void on_verified(self_ptr self, verification_outcome& out, stop_status how) {
   account_stop(self, entry, how);
   // A verification that came through without a provider fault shows the
   // provider healthy again: the next crash restarts at once.
-  if (out.ok || out.failure.kind != failure_kind::provider_unavailable)
+  if (out.ok || out.failure.kind != failure_kind::provider_unavailable) {
     made_progress(self);
+    if (st.window < st.max_in_flight)
+      ++st.window;
+  }
   if (how == stop_status::pending && entry.creating)
     st.lingering.emplace( // the slot stays taken
       addr,
@@ -834,6 +850,7 @@ supervisor(self_ptr self, provider_actor provider, supervisor_config cfg) {
   st.provider = std::move(provider);
   auto cores = std::max(1u, std::thread::hardware_concurrency());
   st.max_in_flight = cfg.max_in_flight > 0 ? cfg.max_in_flight : 2 * cores;
+  st.window = st.max_in_flight;
   st.max_queue = cfg.max_queue;
   st.max_creating = std::max<size_t>(1, cfg.max_creating);
   st.max_stopping = !cfg.stop_after_reply  ? 0

@@ -35,7 +35,9 @@ bool parse_json_object(const std::string& text, json& result,
                        std::string& error);
 
 struct supervisor_config {
-  /// Verifications running at once; 0 means 2 x hardware threads.
+  /// Verifications running at once; 0 means 2 x hardware threads. After a
+  /// provider crash, fewer: half of what it had in flight, then one more
+  /// per verification that comes through, up to this again.
   size_t max_in_flight = 0;
   /// Submissions waiting for a slot; beyond it, `overloaded` rejections.
   size_t max_queue = 10000;

@@ -398,9 +398,11 @@ TEST_CASE_METHOD(burst_fixture,
   }
   // None was refused for a given-up provider.
   CHECK(count_state(outcomes, verification_state::queue) == 0);
+  // Each crash halves the admission window (to half of what was in
+  // flight): 4, then 2, then one at a time: 4 + 2 + 34 x 1 crashes' worth.
   auto s = stats();
-  CHECK(s.provider_restarts == 10);
-  CHECK(ledger->crashes() == 10);
+  CHECK(s.provider_restarts == 36);
+  CHECK(ledger->crashes() == 36);
   CHECK(ledger->creates() == 40);
   CHECK(ledger->live() == 0);
   CHECK(ledger->not_stopped_once().empty());
@@ -456,4 +458,37 @@ TEST_CASE_METHOD(burst_fixture,
   check_failure(reply_now(), failure_kind::provider_unavailable,
                 verification_state::queue, failure_cause::node_down);
   CHECK(ledger->creates() == 4);
+}
+
+TEST_CASE_METHOD(burst_fixture,
+                 "a crash halves admission, verifications that come through "
+                 "widen it again") {
+  supervisor_config cfg;
+  cfg.max_in_flight = 8;
+  cfg.restart_provider = [this](caf::actor_system& sys) {
+    scripted_script script;
+    script.steps[scripted_op::exec].assign(
+      100, scripted_step{scripted_fault::delay, 10ms});
+    auto hdl = spawn_scripted_provider(sys, std::move(script), ledger);
+    spawned.push_back(caf::actor_cast<caf::actor>(hdl));
+    return hdl;
+  };
+  start(hanging_execs(8), cfg);
+  submit_many("w", 40);
+  run_for(1s);
+  CHECK(stats().in_flight == 8);
+  caf::anon_send_exit(provider, caf::exit_reason::kill);
+  run(); // the replacement is up, no time passed: half as many admitted
+  collect();
+  CHECK(outcomes.size() == 8);
+  CHECK(stats().in_flight == 4);
+  // Four come through, each admits two: eight again.
+  run_for(10ms);
+  collect();
+  CHECK(outcomes.size() == 12);
+  CHECK(stats().in_flight == 8);
+  run_until_replies(40, 10s);
+  check_exactly_once(40);
+  CHECK(count(true, {}, {}) == 32);
+  CHECK(ledger->not_stopped_once().empty());
 }
