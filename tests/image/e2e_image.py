@@ -70,7 +70,7 @@ def main():
 
 
 def run(env, reg):
-    store = env.path("images")
+    store = env.path("state/sv/images")  # parents made by the store
     with open(env.provider_config, "w") as f:
         json.dump({"local": {"root": env.path("sandboxes"),
                              "image_store": store,
@@ -173,9 +173,54 @@ def run(env, reg):
     check(not any(n.endswith(".partial") for n in
                   os.listdir(os.path.join(store, "images"))),
           "a half-made image stayed in the store")
+    serve = os.environ.get("SV_SERVE")
+    if serve:
+        through_serve(serve, env, ref_a, reg)
     print("ok: images from a registry, a layout and a directory; moved tag "
           "regraded; missing and unreachable masked; 5 hostile layers "
-          "refused; 10 concurrent creates, 1 pull")
+          "refused; 10 concurrent creates, 1 pull" +
+          ("; sv-serve: sandbox API and /v1/verify in the image" if serve
+           else " (SV_SERVE unset: sv-serve not tried)"))
+
+
+def through_serve(binary, env, ref, reg):
+    """sv-serve with the same provider: the sandbox API and /v1/verify run
+    in the image; a missing image is 503 unavailable naming it."""
+    sys.path.insert(0, os.path.join(image_kit.HERE, "..", "serve"))
+    from e2e_serve import Server, check  # noqa: E402
+    s = Server(binary, env.dir, ["--provider-config", env.provider_config],
+               "serve")
+
+    def call(method, path, body=None):
+        st, _, raw = s.request(method, path, json.dumps(body)
+                               if body is not None else None,
+                               {"Content-Type": "application/json"})
+        return st, json.loads(raw) if raw else None
+
+    try:
+        st, body = call("POST", "/v1/sandboxes", {"image": ref, "ttl_s": 60})
+        check(st == 201, f"serve create: {st} {body}", s)
+        base = "/v1/sandboxes/" + body["sandbox_id"]
+        st, body = call("POST", base + "/exec", {
+            "argv": ["python3", "-c",
+                     "import os; os.makedirs('/tests/x'); "
+                     "print(open('/etc/sv-image-marker').read().strip(), "
+                     "os.path.exists('/usr/bin/apt'))"], "timeout_s": 30})
+        check(st == 200 and body["stdout"] == "image-B False\n",
+              f"serve exec: {st} {body}", s)
+        st, body = call("DELETE", base)
+        check(st in (200, 204), f"serve stop: {st} {body}", s)
+        st, body = call("POST", "/v1/sandboxes",
+                        {"image": f"{reg.host}/test/nope:1", "ttl_s": 60})
+        check(st == 503 and body["error"]["code"] == "unavailable" and
+              "test/nope:1" in body["error"]["message"],
+              f"serve missing image: {st} {body}", s)
+        job = json.loads(line("v", ref))
+        st, body = call("POST", "/v1/verify", job)
+        check(st == 200 and body["ok"] and
+              body["result"]["marker"] == "image-B", f"verify: {body}", s)
+    finally:
+        s.stop()
 
 
 if __name__ == "__main__":

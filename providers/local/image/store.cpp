@@ -497,6 +497,13 @@ image_store::image_store(image_store_settings cfg)
 
 void image_store::impl::open() {
   auto& dir = cfg.dir;
+  // Its parents too (like /var/lib/sv/images on a fresh host).
+  for (auto slash = dir.find('/', 1); slash != std::string::npos;
+       slash = dir.find('/', slash + 1))
+    if (::mkdir(dir.substr(0, slash).c_str(), 0755) != 0 && errno != EEXIST)
+      throw std::runtime_error("image store: cannot make " +
+                               dir.substr(0, slash) + ": " +
+                               std::strerror(errno));
   for (auto& sub : {std::string{}, std::string{"/images"}}) {
     auto path = dir + sub;
     if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST)
