@@ -484,6 +484,8 @@ std::shared_ptr<local_registry> make_local_registry(local_provider_config cfg) {
     store.max_bytes = cfg.image_store_max_mib << 20;
     store.insecure_registries = cfg.insecure_registries;
     store.tag_ttl = std::chrono::seconds{cfg.image_tag_ttl_s};
+    store.forbidden = iso.hidden;
+    store.forbidden.push_back(store.dir);
     store.skopeo =
       detail::find_program("skopeo", "/usr/bin:/usr/local/bin:/bin");
     settings.images = std::make_shared<detail::image_store>(std::move(store));

@@ -13,6 +13,9 @@ marker file) and pushed with skopeo.
   provider_unavailable at create, never graded on the host's view;
 - hostile layers (.., absolute, a symlinked parent, a device node, a link
   out) are provider_unavailable naming the entry; the host is untouched;
+- a root directory or layout that is, holds or lies in a hidden path (or
+  reaches one through a symlink), or whose name carries a mount option, is
+  refused;
 - ten concurrent creates of a new image pull it once.
 
 Skipped (77) without root, bwrap, skopeo, umoci or docker-registry.
@@ -160,7 +163,25 @@ def run(env, reg):
         layout = image_kit.make_raw_image(env.dir, "bad-" + name,
                                           [[E("etc/ok", data=b"1")], entries])
         lines.append(line(name, reg.push(layout, f"test/bad-{name}:1")))
+    # Host paths sandboxes may not see, as a root or a layout; a mount
+    # option smuggled in a directory's name.
+    os.symlink("/root", env.path("to-root"))
+    os.makedirs(env.path("a,upperdir=x"))
+    forbidden = {"hidden": ("/root", "which sandboxes may not see"),
+                 "holds-root": (env.dir, "which sandboxes may not see"),
+                 "symlink": (env.path("to-root"),
+                             "which sandboxes may not see"),
+                 "layout-hidden": ("oci:/root:1",
+                                   "which sandboxes may not see"),
+                 "comma": (env.path("a,upperdir=x"), "holds ','")}
+    lines += [line(n, ref) for n, (ref, _) in forbidden.items()]
     out, proc = grade(lines)
+    for name, (_, needle) in forbidden.items():
+        f = out[name]["failure"]
+        check(not out[name]["ok"] and
+              (f["failure_kind"], f["state"]) ==
+              ("provider_unavailable", "create") and needle in f["message"],
+              f"{name}: {out[name]}", proc)
     for name, (_, needle) in hostile.items():
         f = out[name]["failure"]
         check(not out[name]["ok"] and

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <climits>
 #include <condition_variable>
 #include <csignal>
 #include <cstring>
@@ -239,6 +240,10 @@ struct image_store::impl {
 
   void open();
   void ensure_open();
+  /// The real path of the host path `path` (with `strip_tag`, an oci
+  /// layout's `DIR:TAG` may name DIR), refused when it is, holds or lies
+  /// in a path sandboxes may not see (cfg.forbidden).
+  std::string check_host_path(const std::string& path, bool strip_tag) const;
 
   std::string tmp_dir() const { return cfg.dir + "/tmp"; }
 
@@ -546,20 +551,47 @@ const image_store_settings& image_store::settings() const {
   return impl_->cfg;
 }
 
+std::string image_store::impl::check_host_path(const std::string& path,
+                                               bool strip_tag) const {
+  char real[PATH_MAX];
+  bool found = ::realpath(path.c_str(), real) != nullptr;
+  if (!found && strip_tag) {
+    auto colon = path.rfind(':');
+    found = colon != std::string::npos && colon > 0 &&
+            ::realpath(path.substr(0, colon).c_str(), real) != nullptr;
+  }
+  if (!found)
+    throw image_error(path + " does not exist");
+  std::string resolved = real;
+  for (auto& hidden : cfg.forbidden)
+    if (path_within(resolved, hidden) || path_within(hidden, resolved))
+      throw image_error(path + " is, holds or is inside " + hidden +
+                        ", which sandboxes may not see");
+  return resolved;
+}
+
 std::shared_ptr<const image_tree>
 image_store::acquire(const std::string& ref, clock::time_point deadline) {
   auto src = parse_image_ref(ref);
+  auto& s = *impl_;
   if (!src.rootfs.empty()) {
+    auto real = s.check_host_path(src.rootfs, false);
     struct stat st;
-    if (::stat(src.rootfs.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    if (::stat(real.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
       throw image_error("root file system directory " + src.rootfs +
-                        " does not exist or is not a directory");
+                        " is not a directory");
+    // It becomes a mount option (lowerdir=...).
+    if (real.find_first_of(",:\\") != std::string::npos)
+      throw image_error("root file system directory " + src.rootfs +
+                        " holds ',', ':' or '\\'");
     auto tree = std::make_shared<image_tree>();
-    tree->digest = "dir:" + src.rootfs;
-    tree->rootfs = src.rootfs;
+    tree->digest = "dir:" + real;
+    tree->rootfs = real;
     return tree;
   }
-  auto& s = *impl_;
+  if (src.transport.compare(0, 9, "docker://") != 0)
+    s.check_host_path(src.transport.substr(src.transport.find(':') + 1),
+                      src.transport.compare(0, 4, "oci:") == 0);
   s.ensure_open();
   if (s.cfg.skopeo.empty())
     throw image_error("skopeo is not installed (Debian: apt-get install "

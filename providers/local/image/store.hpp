@@ -39,6 +39,9 @@ struct image_store_settings {
   std::string skopeo;
   /// Bounds of one image's unpacked tree.
   layer_limits limits;
+  /// Host paths a root file system directory, layout or archive may not
+  /// be, hold or lie in (the hidden paths, the sandbox root, the store).
+  std::vector<std::string> forbidden;
   /// How long a tag's digest is trusted before it is asked again.
   std::chrono::seconds tag_ttl{60};
 };
