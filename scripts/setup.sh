@@ -22,6 +22,7 @@ packages=(
   util-linux                     # setpriv: drop to the sandbox's own uid
   zlib1g-dev                     # image layers (gzip) of the local provider
   skopeo                         # pulls images (the local provider's `image`)
+  umoci docker-registry          # tests: build test images, a local registry
 )
 
 sudo_cmd=()
