@@ -27,7 +27,12 @@ public:
           settings_identity("local", settings,
                             {"root", "io_threads", "stop_attempts",
                              "stop_retry_ms", "cgroup_parent", "uid_base",
-                             "uid_count", "warm_pool", "warm_pool_start"})) {
+                             "uid_count", "warm_pool", "warm_pool_start",
+                             // Where and how images are fetched: only an
+                             // image named by digest is cached, and the
+                             // digest is in the key.
+                             "image_store", "image_store_max_mib",
+                             "image_tag_ttl_s", "insecure_registries"})) {
     // nop
   }
 
