@@ -69,6 +69,10 @@ def median(xs):
 
 def orchestration(args):
     ours = os.path.join(BUILD, "bench", "sv-bench-orchestration")
+    # Not built by default (bench/CMakeLists.txt): built here when missing.
+    if not os.path.exists(ours):
+        subprocess.run(["cmake", "--build", BUILD, "--target",
+                        "sv-bench-orchestration"], check=True)
     peer = os.path.join(PEERS, "py_baseline.py")
     rows = []
     for conc in (1000, 100000):

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages sandbox-verification needs and builds it.
-# Runs as root, or as a user with sudo.
+# Installs the Debian 12 packages sandbox-verification needs and builds the
+# programs (sv-grade, sv-serve, sv-node) and libraries; the tests and the
+# examples are built by the test command (scripts/test.sh), the benchmark
+# programs on demand (bench/README.md). Runs as root, or as a user with sudo.
 # Usage: scripts/setup.sh [BUILD_DIR]   (default: build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,4 +41,4 @@ apt=("${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get)
 "${apt[@]}" install -y -q --no-install-recommends "${packages[@]}"
 
 cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release
-cmake --build "$build_dir" -j "$(nproc)"
+cmake --build "$build_dir" -j "$(nproc)" --target sv_products
