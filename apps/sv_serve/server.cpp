@@ -2,6 +2,7 @@
 
 #include "apps/sv_serve/bridge.hpp"
 #include "apps/sv_serve/compat_routes.hpp"
+#include "apps/sv_serve/routes.hpp"
 #include "apps/sv_serve/sandbox_wire.hpp"
 #include "apps/sv_serve/sandboxes.hpp"
 #include "apps/sv_serve/verify_routes.hpp"
@@ -77,60 +78,6 @@ private:
   std::shared_ptr<shared_state> st_;
 };
 
-enum class route {
-  healthz,
-  metrics,
-  identity,
-  verify,
-  verify_batch,
-  sandboxes,
-  compat,
-  not_found,
-};
-
-route route_of(beast::string_view target) {
-  auto path = target.substr(0, target.find('?'));
-  if (path == "/healthz")
-    return route::healthz;
-  if (path == "/metrics")
-    return route::metrics;
-  if (path == "/v1/identity")
-    return route::identity;
-  if (path == "/v1/verify")
-    return route::verify;
-  if (path == "/v1/verify/batch")
-    return route::verify_batch;
-  if (is_sandbox_path(path))
-    return route::sandboxes;
-  if (is_compat_path(path))
-    return route::compat;
-  return route::not_found;
-}
-
-bool allowed(route r, http::verb v) {
-  switch (r) {
-  case route::healthz:
-  case route::metrics:
-  case route::identity:
-    return v == http::verb::get || v == http::verb::head;
-  case route::verify:
-  case route::verify_batch:
-    return v == http::verb::post;
-  default:
-    return true;
-  }
-}
-
-const char* allow_of(route r) {
-  return r == route::verify || r == route::verify_batch ? "POST" : "GET";
-}
-
-bool needs_token(route r) {
-  return r == route::verify || r == route::verify_batch ||
-         r == route::sandboxes || r == route::compat || r == route::metrics ||
-         r == route::identity;
-}
-
 /// Every error of sv-serve: {"error": {"code": ..., "message": ...}}.
 std::string error_body(const char* code, const std::string& message) {
   return error_reply(0, code, message).body;
@@ -179,12 +126,13 @@ private:
     if (ec)
       return on_read_error(ec);
     auto& req = parser_->get();
-    route_ = route_of(req.target());
+    route_ = route_of(std::string_view{req.target()});
     if (metrics_only_ && route_ != route::metrics && route_ != route::healthz)
       route_ = route::not_found;
     keep_alive_ = req.keep_alive();
     unauthorized_ =
-      !metrics_only_ && needs_token(route_) && allowed(route_, req.method()) &&
+      !metrics_only_ && needs_token(route_) &&
+      allowed(route_, std::string_view{req.method_string()}) &&
       !open_route(req.target()) &&
       !st_->ctx.tokens->accepts(req[http::field::authorization], owner_);
     // An answer that does not depend on the body (401, 404, 405, /healthz,
@@ -217,7 +165,7 @@ private:
     case route::verify_batch:
     case route::sandboxes:
     case route::compat:
-      return allowed(route_, parser_->get().method());
+      return allowed(route_, std::string_view{parser_->get().method_string()});
     default:
       return false;
     }
@@ -288,7 +236,7 @@ private:
     if (route_ == route::not_found)
       return respond(http::status::not_found,
                      error_body("no_such_endpoint", "no such endpoint"));
-    if (!allowed(route_, req.method())) {
+    if (!allowed(route_, std::string_view{req.method_string()})) {
       std::vector<std::pair<http::field, std::string>> extra{
         {http::field::allow, allow_of(route_)}};
       return respond(http::status::method_not_allowed,
