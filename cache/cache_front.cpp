@@ -4,6 +4,7 @@
 #include "messages/batch_format.hpp"
 #include "messages/errors.hpp"
 #include "messages/private_id.hpp"
+#include "providers/factory.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/sec.hpp>
@@ -161,6 +162,22 @@ supervisor_actor spawn_cache_front(caf::actor_system& sys,
   return sys.spawn<caf::detached>(front, std::move(supervisor),
                                   std::move(cache), std::move(identity),
                                   limits);
+}
+
+front_factory cache_front_factory(std::shared_ptr<result_cache> cache,
+                                  json_limits limits) {
+  return [cache = std::move(cache), limits](caf::actor_system& sys,
+                                            const supervisor_actor& sup,
+                                            const provider_backend& backend) {
+    // The backend outlives the front: the service holds it past the
+    // supervisor's exit, and the front dies with the supervisor.
+    return spawn_cache_front(
+      sys, sup, cache,
+      [&backend](const verification_config& c) {
+        return backend.grade_identity(c);
+      },
+      limits);
+  };
 }
 
 } // namespace sv

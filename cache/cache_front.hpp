@@ -13,6 +13,7 @@
 #include "cache/result_cache.hpp"
 #include "messages/bounded_json.hpp"
 #include "messages/provider.hpp"
+#include "service/service.hpp"
 
 #include <functional>
 #include <memory>
@@ -35,5 +36,10 @@ supervisor_actor spawn_cache_front(caf::actor_system& sys,
                                    std::shared_ptr<result_cache> cache,
                                    grade_identity_fn identity,
                                    json_limits limits = {});
+
+/// The front of a service's supervisor (service/service.hpp) on `cache`,
+/// keyed with the service backend's `grade_identity`.
+front_factory cache_front_factory(std::shared_ptr<result_cache> cache,
+                                  json_limits limits = {});
 
 } // namespace sv

@@ -37,7 +37,7 @@ set(SV_PUBLIC_HEADERS
     actors/scheduler.hpp
     providers/factory.hpp providers/local.hpp providers/remote.hpp
     providers/scripted.hpp
-    facade/grader.hpp
+    facade/grader.hpp service/service.hpp
     testing/deterministic.hpp testing/faults.hpp testing/grading_bench.hpp)
 foreach(header ${SV_PUBLIC_HEADERS})
   get_filename_component(dir "${header}" DIRECTORY)

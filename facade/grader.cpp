@@ -1,21 +1,18 @@
 #include "facade/grader.hpp"
 
 #include "actors/quiet.hpp"
-#include "actors/scheduler.hpp"
 #include "actors/supervisor.hpp"
 #include "messages/enums.hpp"
 #include "messages/errors.hpp"
-#include "messages/registry.hpp"
 #include "providers/factory.hpp"
+#include "service/service.hpp"
 
 #include <atomic>
 #include <caf/actor_system.hpp>
-#include <caf/actor_system_config.hpp>
 #include <caf/event_based_actor.hpp>
 #include <caf/scoped_actor.hpp>
 #include <caf/send.hpp>
 #include <chrono>
-#include <mutex>
 #include <utility>
 #include <vector>
 
@@ -101,79 +98,39 @@ std::string_view sandbox_verification_error::failure_kind_name() const {
 // -- grader -------------------------------------------------------------------
 
 struct grader::state {
-  caf::actor_system_config cfg;
-  std::unique_ptr<caf::actor_system> sys;
-  std::shared_ptr<provider_backend> backend;
-  supervisor_actor supervisor;
+  std::unique_ptr<service> svc;
   double call_margin_s = 0;
   std::atomic<uint64_t> calls{0}; // names each call in the log: grader-N
-  std::mutex providers_mtx;
-  std::vector<caf::actor> providers; // the first and every replacement
-
-  void add_provider(const provider_actor& p) {
-    std::lock_guard<std::mutex> guard{providers_mtx};
-    providers.push_back(caf::actor_cast<caf::actor>(p));
-  }
 };
 
 grader::grader(const json& provider_block, grader_options options)
     : state_(std::make_unique<state>()) {
-  auto block = parse_provider_block(provider_block);
-  auto& st = *state_;
-  st.backend = prepare_provider(block);
-  st.call_margin_s = options.call_margin_s;
-  register_protocol(st.cfg);
-  install_scheduler(st.cfg);
-  if (options.threads > 0)
-    st.cfg.set("scheduler.max-threads", options.threads);
-  st.sys = std::make_unique<caf::actor_system>(st.cfg);
-  auto provider = st.backend->spawn(*st.sys);
-  st.add_provider(provider);
+  service_options so;
+  so.threads = options.threads;
+  state_->svc = std::make_unique<service>(parse_provider_block(provider_block),
+                                          std::move(so));
+  state_->call_margin_s = options.call_margin_s;
   supervisor_config sup;
   sup.max_in_flight = options.max_in_flight;
   sup.max_queue = options.max_queue;
   sup.max_creating = options.max_creating;
-  sup.default_metadata = block.default_metadata;
-  auto* raw = state_.get();
-  auto backend = st.backend;
-  // Runs on the supervisor's restarter, a thread of its own; `raw` outlives
-  // it (the supervisor is gone before the state).
-  sup.restart_provider = [raw, backend](caf::actor_system& sys) {
-    auto p = backend->spawn(sys);
-    raw->add_provider(p);
-    return p;
-  };
-  st.supervisor = spawn_supervisor(*st.sys, provider, std::move(sup));
+  state_->svc->supervise(std::move(sup));
 }
 
 grader::~grader() {
-  auto& st = *state_;
   // Stops behind the last replies finish first (bounded; the backend's
-  // shutdown removes whatever is left).
-  await_stops(*st.sys, st.supervisor, std::chrono::seconds{10});
-  {
-    caf::scoped_actor self{*st.sys};
-    self->monitor(st.supervisor);
-    caf::anon_send_exit(st.supervisor, caf::exit_reason::user_shutdown);
-    self->receive([](const caf::down_msg&) {},
-                  caf::after(std::chrono::seconds{10}) >> [] {});
-  }
-  {
-    std::lock_guard<std::mutex> guard{st.providers_mtx};
-    for (auto& p : st.providers)
-      caf::anon_send_exit(p, caf::exit_reason::user_shutdown);
-  }
-  st.backend->shut_down();
-  st.supervisor = nullptr;
-  st.sys.reset(); // waits for every actor, each call's included
+  // shutdown removes whatever is left); the service's actor system then
+  // waits for every actor, each call's included.
+  state_->svc->shut_down(std::chrono::seconds{10});
+  state_->svc.reset();
 }
 
 void grader::verify(verification_request request,
                     std::function<void(verification_outcome)> done) {
   auto& st = *state_;
   auto timeout = call_timeout(request, st.call_margin_s);
-  st.sys->spawn(call_behavior, std::move(request), st.supervisor, timeout,
-                std::move(done));
+  st.svc->system().spawn(call_behavior, std::move(request),
+                         st.svc->supervisor(), timeout, std::move(done));
 }
 
 void grader::run_verification_sandbox(verification_config config,
@@ -236,11 +193,7 @@ grader::run_verification_sandbox(verification_config config, file_map files,
 }
 
 supervisor_stats grader::stats() {
-  supervisor_stats out;
-  caf::scoped_actor self{*state_->sys};
-  self->request(state_->supervisor, std::chrono::seconds{10}, stats_atom::value)
-    .receive([&](supervisor_stats& s) { out = s; }, [](caf::error&) {});
-  return out;
+  return state_->svc->stats().value_or(supervisor_stats{});
 }
 
 } // namespace sv

@@ -179,11 +179,18 @@ struct verification_outcome {
   std::string node;
 };
 
-/// The node a handle is pinned to: a `nodes` provider's handle names its
-/// node ("HOST:PORT") in `state`; other providers' handles name none.
-inline std::string pinned_node(const sandbox_handle& hdl) {
-  return hdl.provider_name == "nodes" ? hdl.state : std::string{};
-}
+/// How the handles of one provider name the node their sandbox is pinned
+/// to ("" for none).
+using node_pinning = std::string (*)(const sandbox_handle& hdl);
+
+/// Registers how the handles whose `provider_name` is `provider_name` name
+/// their node: a provider that places sandboxes on nodes does it when it
+/// starts (providers/nodes). Any thread.
+void register_node_pinning(const std::string& provider_name, node_pinning fn);
+
+/// The node `hdl`'s sandbox is pinned to, as its provider registered; empty
+/// for providers that pin none.
+std::string pinned_node(const sandbox_handle& hdl);
 
 /// What a supervisor has done so far.
 struct supervisor_stats {

@@ -11,87 +11,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <map>
-#include <mutex>
 #include <stdexcept>
 #include <vector>
 namespace sv {
 
 namespace {
-
-class local_backend : public provider_backend {
-public:
-  explicit local_backend(const json& settings)
-      : registry_(make_local_registry(parse_local_provider_config(settings))),
-        identity_(
-          settings_identity("local", settings,
-                            {"root", "io_threads", "stop_attempts",
-                             "stop_retry_ms", "cgroup_parent", "uid_base",
-                             "uid_count", "warm_pool", "warm_pool_start",
-                             // Where and how images are fetched: only an
-                             // image named by digest is cached, and the
-                             // digest is in the key.
-                             "image_store", "image_store_max_mib",
-                             "image_tag_ttl_s", "insecure_registries"})) {
-    // nop
-  }
-
-  provider_actor spawn(caf::actor_system& sys) const override {
-    return spawn_local_provider(sys, registry_);
-  }
-
-  void shut_down() override { shut_down_local_registry(*registry_); }
-
-  // The interpreter of each name is looked up once per backend (a provider
-  // start), as the provider's own is.
-  json grade_identity(const verification_config& cfg) const override {
-    auto out = identity_;
-    std::lock_guard<std::mutex> guard{mtx_};
-    auto i = interpreters_.find(cfg.python);
-    if (i == interpreters_.end())
-      i = interpreters_
-            .emplace(cfg.python,
-                     local_interpreter_identity(*registry_, cfg.python))
-            .first;
-    out["interpreter"] = i->second;
-    return out;
-  }
-
-private:
-  std::shared_ptr<local_registry> registry_;
-  json identity_;
-  mutable std::mutex mtx_;
-  mutable std::map<std::string, json> interpreters_;
-};
-
-class scripted_backend : public provider_backend {
-public:
-  explicit scripted_backend(const json& settings)
-      : identity_(settings_identity("scripted", settings, {"ledger_file"})),
-        script_(parse_scripted_script(settings)),
-        world_(std::make_shared<scripted_world>()) {
-    // nop
-  }
-
-  // Every actor of one backend lives in the same world: a replacement sees
-  // its predecessors' sandboxes.
-  provider_actor spawn(caf::actor_system& sys) const override {
-    return spawn_scripted_provider(sys, script_, world_);
-  }
-
-  void shut_down() override {
-    // the world is plain memory: nothing to stop
-  }
-
-  json grade_identity(const verification_config&) const override {
-    return identity_;
-  }
-
-private:
-  json identity_;
-  scripted_script script_;
-  std::shared_ptr<scripted_world> world_;
-};
 
 struct provider_entry {
   const char* name;
@@ -99,26 +23,27 @@ struct provider_entry {
   /// Settings that name files or directories on this host (dotted paths):
   /// a relative one in a config file is relative to that file.
   std::vector<const char*> host_paths;
+  /// Whether sv-node may serve it (not a block that is itself a front).
+  bool node_servable = true;
 };
 
-template <class Backend>
-std::shared_ptr<provider_backend> make_backend(const json& settings) {
-  return std::make_shared<Backend>(settings);
+// Adding a backend is one line here. Made at its first use: other files'
+// statics may ask for the names before this file's are initialized.
+const std::vector<provider_entry>& known_providers() {
+  static const std::vector<provider_entry> entries{
+    {"local", make_local_backend, {"root"}},
+    {"scripted", make_scripted_backend, {}},
+    {"nodes", make_nodes_backend, {"tls.cert", "tls.key", "tls.ca"}, false},
+    {"remote", make_remote_backend, {"token_file", "ca_file"}},
+  };
+  return entries;
 }
-
-// Adding a backend is one line here.
-const provider_entry known_providers[] = {
-  {"local", make_backend<local_backend>, {"root"}},
-  {"scripted", make_backend<scripted_backend>, {}},
-  {"nodes", make_nodes_backend, {"tls.cert", "tls.key", "tls.ca"}},
-  {"remote", make_remote_backend, {"token_file", "ca_file"}},
-};
 
 constexpr const char* metadata_key = "default_metadata";
 
 std::string known_names() {
   std::string out;
-  for (auto& entry : known_providers) {
+  for (auto& entry : known_providers()) {
     if (!out.empty())
       out += ", ";
     out += entry.name;
@@ -127,7 +52,7 @@ std::string known_names() {
 }
 
 const provider_entry* find_provider(const std::string& name) {
-  for (auto& entry : known_providers)
+  for (auto& entry : known_providers())
     if (name == entry.name)
       return &entry;
   return nullptr;
@@ -161,7 +86,7 @@ void resolve_host_paths(const provider_entry& entry, json& settings,
 
 std::vector<std::string> provider_names() {
   std::vector<std::string> out;
-  for (auto& entry : known_providers)
+  for (auto& entry : known_providers())
     out.emplace_back(entry.name);
   return out;
 }
@@ -202,6 +127,30 @@ provider_backend::~provider_backend() = default;
 
 retry_settings provider_backend::retry_defaults() const {
   return {}; // no retries
+}
+
+void provider_backend::configure(caf::actor_system_config&) const {
+  // no transport of its own
+}
+
+std::string provider_backend::check_started(caf::actor_system&,
+                                            const provider_actor&) const {
+  return {};
+}
+
+size_t provider_backend::suited_concurrency(caf::actor_system&,
+                                            const provider_actor&) const {
+  return 0;
+}
+
+json provider_backend::usage_table(caf::actor_system&,
+                                   const provider_actor&) const {
+  return json::array();
+}
+
+bool servable_by_node(const provider_block& block) {
+  auto* entry = find_provider(block.name);
+  return entry == nullptr || entry->node_servable;
 }
 
 json settings_identity(const std::string& name, json settings,

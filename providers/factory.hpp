@@ -2,7 +2,10 @@
 
 // Provider blocks as NeMo Gym writes them: a single-key mapping
 // `{provider_name: {...settings}}` plus an optional `default_metadata` key.
-// Adding a backend means one entry in factory.cpp.
+// Adding a backend means its folder (providers/NAME/: provider.cpp,
+// config.cpp, its `provider_backend`) and one entry in factory.cpp; what a
+// backend knows (its cache key, retries, transport, start-up checks) is
+// asked of its `provider_backend`, never of its name.
 
 #include "actors/retry.hpp"
 #include "messages/config_file.hpp"
@@ -15,6 +18,7 @@
 
 namespace caf {
 class actor_system;
+class actor_system_config;
 } // namespace caf
 
 namespace sv {
@@ -65,6 +69,30 @@ public:
   /// The supervisor's retries of infrastructure failures this backend
   /// wants (nodes: its `retry_infra` and budget; others none).
   virtual retry_settings retry_defaults() const;
+
+  /// Sets up the transport its actors need in the config of the actor
+  /// system they will run in, before that system starts (nodes: the
+  /// middleman and TLS of a front); others nothing. Throws
+  /// std::runtime_error naming what is wrong.
+  virtual void configure(caf::actor_system_config& cfg) const;
+
+  /// Empty when `first`, the first provider spawned from this backend, can
+  /// serve; else why not, in words (nodes that dial: none reachable at
+  /// start). May block for seconds: main thread.
+  virtual std::string check_started(caf::actor_system& sys,
+                                    const provider_actor& first) const;
+
+  /// How many verifications at once suit this backend when the caller asks
+  /// for no number (nodes: the capacity of its nodes); 0: no opinion (the
+  /// caller's default). May block for seconds: main thread.
+  virtual size_t suited_concurrency(caf::actor_system& sys,
+                                    const provider_actor& first) const;
+
+  /// A table of where the work ran, for a summary (nodes: one row per
+  /// node), as a JSON array; empty for backends without one. Blocks for up
+  /// to seconds: main thread, `first` still alive.
+  virtual json usage_table(caf::actor_system& sys,
+                           const provider_actor& first) const;
 };
 
 /// `{"name": name, "settings": settings}` without the `operational` keys
@@ -80,6 +108,10 @@ json settings_identity(const std::string& name, json settings,
 /// and names the line and column where it can. One loader for every app.
 provider_block load_provider_block(const std::string& path, size_t max_depth,
                                    provider_config_file& file);
+
+/// Whether sv-node may serve `block` (one that places sandboxes on other
+/// nodes may not); asked before the block's settings are read.
+bool servable_by_node(const provider_block& block);
 
 /// Makes the backend of a block. Blocks for up to seconds: call it on the
 /// main thread or a detached actor, never on a scheduler thread. Throws

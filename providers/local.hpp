@@ -27,6 +27,8 @@ class actor_system;
 
 namespace sv {
 
+class provider_backend;
+
 struct local_provider_config {
   /// Directory under which each sandbox gets its own directory. Empty means
   /// `$TMPDIR/sv-sandboxes` (or `/tmp/sv-sandboxes`).
@@ -208,5 +210,9 @@ json local_interpreter_identity(const local_registry& registry,
 
 /// The counters of `registry`.
 local_registry_stats local_registry_counters(const local_registry& registry);
+
+/// The backend of a `local` block (providers/factory.cpp). Throws
+/// `json_error` for bad settings.
+std::shared_ptr<provider_backend> make_local_backend(const json& settings);
 
 } // namespace sv

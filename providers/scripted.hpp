@@ -30,6 +30,8 @@ class actor_system;
 
 namespace sv {
 
+class provider_backend;
+
 /// The operations of the provider interface, in the order a verification
 /// uses them (status is the ready state's poll).
 enum class scripted_op : uint8_t {
@@ -250,5 +252,14 @@ scripted_script parse_scripted_script(const json& settings);
 provider_actor spawn_scripted_provider(caf::actor_system& sys,
                                        scripted_script script,
                                        std::shared_ptr<scripted_world> world);
+
+/// The backend of a `scripted` block (providers/factory.cpp). Throws
+/// `json_error` for bad settings.
+std::shared_ptr<provider_backend> make_scripted_backend(const json& settings);
+
+/// The backend of `script` in `world` (the test kit's bench: its world).
+std::shared_ptr<provider_backend>
+make_scripted_backend(scripted_script script,
+                      std::shared_ptr<scripted_world> world);
 
 } // namespace sv

@@ -2,6 +2,7 @@
 
 #include "messages/atoms.hpp"
 #include "messages/enums.hpp"
+#include "service/service.hpp"
 
 #include <caf/send.hpp>
 
@@ -37,8 +38,11 @@ bool failed_with(const verification_outcome& out, failure_kind kind,
 }
 
 void grading_bench::start(scripted_script script, supervisor_config cfg) {
-  provider = keep(spawn_scripted_provider(sys, std::move(script), world));
-  supervisor = keep(spawn_supervisor(sys, provider, std::move(cfg)));
+  assembly = std::make_shared<service>(
+    sys, make_scripted_backend(std::move(script), world));
+  provider = keep(assembly->first_provider());
+  supervisor =
+    keep(assembly->supervise(std::move(cfg), {}, restarts::as_configured));
 }
 
 supervisor_config grading_bench::restarting(supervisor_config cfg,

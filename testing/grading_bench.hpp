@@ -26,6 +26,10 @@
 #include <stdexcept>
 #include <string>
 
+namespace sv {
+class service;
+} // namespace sv
+
 namespace sv::testing {
 
 /// A failed expectation of the kit (the message says what and when).
@@ -51,8 +55,12 @@ struct grading_bench : deterministic_system {
   std::shared_ptr<scripted_world> world = std::make_shared<scripted_world>();
   provider_actor provider;
   supervisor_actor supervisor;
+  /// The runtime assembly every front uses (service/service.hpp), on this
+  /// deterministic system and a scripted backend in `world`.
+  std::shared_ptr<service> assembly;
 
-  /// Spawns the scripted provider with `script` and a supervisor on it.
+  /// Spawns the scripted provider with `script` and a supervisor on it
+  /// (restarts only as `cfg` says: see `restarting`).
   void start(scripted_script script = {}, supervisor_config cfg = {});
 
   /// `cfg` plus a provider restart: a fresh scripted provider (with

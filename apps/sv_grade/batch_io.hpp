@@ -4,6 +4,7 @@
 // to with --resume) and the summary file, opened once before grading starts,
 // so that every usage error is found before anything is written.
 
+#include "apps/common/cli.hpp"
 #include "apps/sv_grade/resume.hpp"
 
 #include <cstdint>
@@ -15,9 +16,7 @@
 namespace sv::grade {
 
 /// A problem with how sv-grade was called: message, exit status 2.
-struct usage_error : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
+using usage_error = cli::usage_error;
 
 /// An owned file descriptor.
 struct fd_guard {

@@ -4,8 +4,8 @@
 // lines, the writer thread writes outcomes, CAF's threads run the actors;
 // nothing blocks a scheduler thread.
 
-#include "actors/scheduler.hpp"
 #include "actors/supervisor.hpp"
+#include "apps/common/cli.hpp"
 #include "apps/sv_grade/batch_driver.hpp"
 #include "apps/sv_grade/batch_io.hpp"
 #include "apps/sv_grade/batch_line.hpp"
@@ -21,7 +21,7 @@
 #include "messages/registry.hpp"
 #include "messages/validation.hpp"
 #include "providers/factory.hpp"
-#include "providers/nodes/nodes_provider.hpp"
+#include "service/service.hpp"
 
 #include <CLI/CLI.hpp>
 #include <atomic>
@@ -39,7 +39,6 @@
 #include <mutex>
 #include <optional>
 #include <spdlog/sinks/base_sink.h>
-#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <stdexcept>
 #include <string>
@@ -111,13 +110,9 @@ std::optional<int> parse_cli(int argc, char** argv, cli_options& opts) {
   app.add_option("--work-dir", opts.work_dir,
                  "work_dir of lines that set none (relative to the sandbox's "
                  "workdir, or an absolute directory in the sandbox)");
-  app
-    .add_option("--log-level", opts.log_level,
-                "trace, debug, info (one line per verification), warn, "
-                "error, critical or off")
-    ->capture_default_str()
-    ->check(CLI::IsMember(
-      {"trace", "debug", "info", "warn", "error", "critical", "off"}));
+  cli::add_log_level(app, opts.log_level,
+                     "trace, debug, info (one line per verification), warn, "
+                     "error, critical or off");
   app
     .add_option("--max-creating", opts.max_creating,
                 "sandboxes in create or ready at once (protects providers "
@@ -146,13 +141,7 @@ std::optional<int> parse_cli(int argc, char** argv, cli_options& opts) {
                "keep the output file's complete lines, repair a torn last "
                "line, grade only the input lines it does not answer, append");
   app.set_version_flag("--version", std::string{"sv-grade "} + SV_VERSION);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    // --help and --version exit 0; every usage error exits 2 (README).
-    return app.exit(e) == 0 ? 0 : 2;
-  }
-  return std::nullopt;
+  return cli::parse(app, argc, argv);
 }
 
 /// The provider block of `path` (providers/factory.hpp's one loader).
@@ -165,17 +154,18 @@ provider_block read_provider_block(const std::string& path, size_t max_depth,
   }
 }
 
-/// The block's backend, its set-up done once (the local provider: the root,
-/// the interpreter, the isolation probe, the start-up reaper). The first
-/// provider and every replacement are spawned from it, so a replacement
-/// stops the sandboxes its predecessor created.
-std::shared_ptr<provider_backend>
-start_backend(const provider_block& block, const std::string& path,
-              const provider_config_file& file) {
+/// The service of the block: its backend's set-up done once (the local
+/// provider: the root, the interpreter, the isolation probe, the start-up
+/// reaper), the actor system it needs and the first provider. Every
+/// replacement is spawned from the same backend, so a replacement stops the
+/// sandboxes its predecessor created.
+std::unique_ptr<service> start_service(const provider_block& block,
+                                       const std::string& path,
+                                       const provider_config_file& file) {
   auto where = "provider config " +
                (path.empty() ? std::string{"(default)"} : path) + ": ";
   try {
-    return prepare_provider(block);
+    return std::make_unique<service>(block);
   } catch (const json_error& e) {
     throw usage_error(where + file.describe(e)); // the path starts at the block
   } catch (const std::exception& e) {
@@ -183,84 +173,17 @@ start_backend(const provider_block& block, const std::string& path,
   }
 }
 
-/// Every provider sv-grade started: the first and any replacement the
-/// supervisor built after one died, so that shutdown reaches them all.
-class provider_set {
-public:
-  /// Any thread (a restart runs on the supervisor's provider restarter, a
-  /// detached actor with a thread of its own).
-  void add(const provider_actor& provider) {
-    std::lock_guard<std::mutex> guard{mtx_};
-    all_.push_back(caf::actor_cast<caf::actor>(provider));
-  }
-
-  void shut_down() {
-    std::lock_guard<std::mutex> guard{mtx_};
-    for (auto& hdl : all_)
-      caf::anon_send_exit(hdl, caf::exit_reason::user_shutdown);
-  }
-
-private:
-  std::mutex mtx_;
-  std::vector<caf::actor> all_;
-};
-
-supervisor_config
-make_supervisor_config(const cli_options& opts, const provider_block& block,
-                       std::shared_ptr<provider_backend> backend,
-                       std::shared_ptr<provider_set> set) {
+supervisor_config make_supervisor_config(const cli_options& opts) {
   supervisor_config cfg;
   cfg.max_in_flight = opts.concurrency;
   cfg.max_creating = opts.max_creating;
-  cfg.default_metadata = block.default_metadata;
-  // Read (and checked) with the block already; nodes retry, others do not.
-  cfg.retry = backend->retry_defaults();
   json_limits limits;
   limits.max_depth = opts.max_json_depth;
   cfg.parser = [limits](const std::string& text, json& result,
                         std::string& error) {
     return parse_result_text(text, result, error, limits);
   };
-  // A provider that dies mid-batch fails what it had in flight; the rest of
-  // the batch goes on with a fresh one. The supervisor calls this off its
-  // scheduler threads, with backoff, and gives up after repeated crashes.
-  // The replacement comes from the same backend: it knows the sandboxes of
-  // the provider it replaces.
-  cfg.restart_provider = [backend, set](caf::actor_system& sys) {
-    auto provider = backend->spawn(sys);
-    set->add(provider);
-    return provider;
-  };
   return cfg;
-}
-
-/// The supervisor's counters; empty if it does not answer within 10 s.
-std::optional<supervisor_stats> fetch_stats(caf::actor_system& sys,
-                                            const supervisor_actor& sup) {
-  std::optional<supervisor_stats> out;
-  caf::scoped_actor self{sys};
-  self->request(sup, std::chrono::seconds{10}, stats_atom::value)
-    .receive([&](supervisor_stats& stats) { out = stats; },
-             [](caf::error& err) {
-               spdlog::warn("no statistics from the supervisor: {}",
-                            to_string(err));
-             });
-  return out;
-}
-
-/// Stops the actors in an order that lets nothing restart: the driver, the
-/// supervisor (awaited, so it cannot build another provider), the providers.
-void shut_down(caf::actor_system& sys, const caf::actor& driver,
-               const supervisor_actor& supervisor, provider_set& providers) {
-  caf::scoped_actor self{sys};
-  self->monitor(supervisor);
-  caf::anon_send_exit(driver, caf::exit_reason::user_shutdown);
-  caf::anon_send_exit(supervisor, caf::exit_reason::user_shutdown);
-  self->receive(
-    [](const caf::down_msg&) {},
-    caf::after(std::chrono::seconds{10}) >>
-      [] { spdlog::warn("the supervisor did not stop within 10 s"); });
-  providers.shut_down();
 }
 
 /// spdlog's lines go above the progress bar, which is redrawn after them.
@@ -281,13 +204,12 @@ private:
 };
 
 void setup_logging(const std::string& level, terminal_bar& bar) {
-  std::shared_ptr<spdlog::logger> logger;
-  if (bar.enabled())
-    logger = std::make_shared<spdlog::logger>("sv-grade",
-                                              std::make_shared<bar_sink>(bar));
-  else
-    logger = spdlog::stderr_color_mt("sv-grade");
-  spdlog::set_default_logger(logger);
+  if (!bar.enabled()) {
+    cli::log_to_stderr("sv-grade", level);
+    return;
+  }
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>(
+    "sv-grade", std::make_shared<bar_sink>(bar)));
   spdlog::set_level(spdlog::level::from_str(level));
 }
 
@@ -473,46 +395,29 @@ int run(cli_options opts, terminal_bar& bar) {
         w->abort();
       wake(wake_fd);
     }};
-  caf::actor_system_config cfg;
-  register_protocol(cfg);
-  install_scheduler(cfg);
-  std::optional<nodes_settings> nodes;
-  if (block.name == "nodes") {
-    try {
-      nodes = parse_nodes_settings(block.settings);
-      configure_front(cfg, *nodes);
-    } catch (const std::exception& e) {
-      throw usage_error("provider config: nodes: " + std::string{e.what()});
-    }
-  }
-  caf::actor_system sys{cfg};
-  // On nodes, as many at once as the nodes run (the nodes provider queues
-  // creates beyond their free capacity).
-  // Nodes that join (`listen`) are counted once the provider is up.
-  bool joins = nodes && !nodes->listen.empty();
-  if (opts.concurrency == 0 && !joins)
-    opts.concurrency =
-      nodes ? std::max<size_t>(1, nodes_total_capacity(sys, *nodes))
-            : default_concurrency();
   memory_use memory;
   memory.start_kib = proc_status_kib("VmRSS:");
-  auto backend = start_backend(block, opts.provider_config, config_file);
-  auto provider = backend->spawn(sys);
-  if (nodes) {
-    // Every node unreachable at start is a configuration error (issue 19
-    // item 25), not a batch of masked lines.
-    if (auto why = nodes_unreachable(sys, provider, *nodes); !why.empty()) {
-      caf::anon_send_exit(provider, caf::exit_reason::user_shutdown);
-      throw usage_error(why);
-    }
-  }
-  if (opts.concurrency == 0) // as many as the first nodes to join run
-    opts.concurrency =
-      std::max<size_t>(1, nodes_capacity_up(sys, provider, nodes->join_wait_s));
-  auto providers = std::make_shared<provider_set>();
-  providers->add(provider);
-  auto supervisor = spawn_supervisor(
-    sys, provider, make_supervisor_config(opts, block, backend, providers));
+  auto svc = start_service(block, opts.provider_config, config_file);
+  auto& sys = svc->system();
+  auto& backend = svc->backend();
+  auto provider = svc->first_provider();
+  // A backend that cannot serve at all (nodes: none reachable) is a
+  // configuration error (issue 19 item 25), not a batch of masked lines.
+  if (auto why = backend.check_started(sys, provider); !why.empty())
+    throw usage_error(why);
+  // As many at once as the backend suits (nodes: their capacity; the
+  // nodes provider queues creates beyond it), else 2 x hardware threads.
+  if (opts.concurrency == 0)
+    opts.concurrency = backend.suited_concurrency(sys, provider);
+  if (opts.concurrency == 0)
+    opts.concurrency = default_concurrency();
+  // With --cache, the driver talks to the cache's front of the supervisor
+  // (cache/cache_front.hpp: a detached actor; it dies with the supervisor).
+  json_limits limits;
+  limits.max_depth = opts.max_json_depth;
+  auto front = svc->supervise(make_supervisor_config(opts),
+                              cache ? cache_front_factory(cache, limits)
+                                    : front_factory{});
   progress_options progress{bar.enabled() ? &bar : nullptr, io.total};
   if (io.total && io.answered.count > 0)
     progress.total = *io.total - std::min(*io.total, io.answered.count);
@@ -521,19 +426,6 @@ int run(cli_options opts, terminal_bar& bar) {
   std::atomic_store(&writer_slot, writer);
   if (signals.first() != 0)
     writer->close(); // a signal came before the writer existed
-  // With --cache, the driver talks to the cache's front of the supervisor
-  // (cache/cache_front.hpp: a detached actor; it dies with the supervisor).
-  auto front = supervisor;
-  if (cache) {
-    json_limits limits;
-    limits.max_depth = opts.max_json_depth;
-    front = spawn_cache_front(
-      sys, supervisor, cache,
-      [backend](const verification_config& c) {
-        return backend->grade_identity(c);
-      },
-      limits);
-  }
   auto driver = spawn_batch_driver(sys, front, writer);
   spdlog::info("grading on provider {} with concurrency {}", block.name,
                opts.concurrency);
@@ -546,19 +438,18 @@ int run(cli_options opts, terminal_bar& bar) {
   if (!aborted) {
     // The stops behind the last replies: counted in the summary, and none
     // is cut short by the shutdown.
-    await_stops(sys, supervisor, std::chrono::seconds{120});
-    stats = fetch_stats(sys, supervisor);
+    svc->drain(std::chrono::seconds{120});
+    stats = svc->stats();
   }
-  json node_table = json::array();
-  if (nodes)
-    node_table = nodes_stats(sys, provider);
+  auto node_table = backend.usage_table(sys, provider);
   memory.end_kib = proc_status_kib("VmRSS:");
   std::tie(memory.cpu_user_s, memory.cpu_system_s) = own_cpu_seconds();
   memory.peak_kib = proc_status_kib("VmHWM:");
-  shut_down(sys, driver, supervisor, *providers);
-  // Off the scheduler threads: what the providers left is stopped and their
-  // I/O threads are joined before the summary says the batch is over.
-  backend->shut_down();
+  // The driver first, then the service's one order (supervisor, providers,
+  // backend): nothing restarts, and what the providers left is stopped and
+  // their I/O threads are joined before the summary says the batch is over.
+  caf::anon_send_exit(driver, caf::exit_reason::user_shutdown);
+  svc->shut_down(std::chrono::nanoseconds{0});
   auto& summary = writer->summary_for_update();
   if (stats)
     summary.set_supervisor_stats(*stats);
@@ -607,13 +498,5 @@ int main(int argc, char** argv) {
                    spdlog::level::from_str(opts.log_level) >
                      spdlog::level::info};
   setup_logging(opts.log_level, bar);
-  try {
-    return run(opts, bar);
-  } catch (const usage_error& e) {
-    std::cerr << "sv-grade: " << e.what() << '\n';
-    return 2;
-  } catch (const std::exception& e) {
-    std::cerr << "sv-grade: " << e.what() << '\n';
-    return 1;
-  }
+  return cli::guarded("sv-grade", [&] { return run(opts, bar); });
 }

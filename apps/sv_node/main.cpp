@@ -1,8 +1,9 @@
 // sv-node: offers one provider (any provider block, default {"local": {}})
 // to fronts over CAF's middleman. See README.md, "Distributed grading".
 
-#include "actors/scheduler.hpp"
+#include "apps/common/cli.hpp"
 #include "messages/bounded_json.hpp"
+#include "messages/endpoint.hpp"
 #include "messages/errors.hpp"
 #include "messages/json.hpp"
 #include "messages/registry.hpp"
@@ -12,6 +13,7 @@
 #include "providers/nodes/node_protocol.hpp"
 #include "providers/nodes/peer_identity.hpp"
 #include "providers/nodes/transport/basp_gate.hpp"
+#include "service/service.hpp"
 
 #include <CLI/CLI.hpp>
 #include <caf/actor_system.hpp>
@@ -24,7 +26,6 @@
 #include <fstream>
 #include <iostream>
 #include <pthread.h>
-#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <thread>
 #include <tuple>
@@ -35,9 +36,7 @@ namespace {
 using namespace sv;
 using namespace std::chrono_literals;
 
-struct usage_error : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
+using cli::usage_error;
 
 struct cli_options {
   std::string listen;
@@ -122,33 +121,18 @@ std::optional<int> parse_cli(int argc, char** argv, cli_options& opts) {
     .add_option("--drain-timeout-s,--drain-timeout", opts.drain_timeout_s,
                 "seconds a drain waits for sandboxes in use")
     ->capture_default_str();
-  app
-    .add_option("--log-level", opts.log_level,
-                "trace, debug, info, warn, error, critical or off")
-    ->capture_default_str()
-    ->check(CLI::IsMember(
-      {"trace", "debug", "info", "warn", "error", "critical", "off"}));
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    auto status = app.exit(e);
-    return status == 0 ? 0 : 2;
-  }
-  return std::nullopt;
+  cli::add_log_level(app, opts.log_level);
+  return cli::parse(app, argc, argv);
 }
 
-std::pair<std::string, uint16_t>
-split_host_port(const std::string& text, const char* option = "--listen") {
-  auto colon = text.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == text.size())
-    throw usage_error(std::string{option} + " " + text +
-                      ": expected HOST:PORT");
-  auto host = text.substr(0, colon);
-  auto port_text = text.substr(colon + 1);
-  if (port_text.find_first_not_of("0123456789") != std::string::npos ||
-      port_text.size() > 5 || std::stoul(port_text) > 65535)
-    throw usage_error(std::string{option} + " " + text + ": bad port");
-  return {host, static_cast<uint16_t>(std::stoul(port_text))};
+/// `text` of `option`, HOST:PORT ([v6]:PORT too; messages/endpoint.hpp).
+endpoint split_host_port(const std::string& text, const char* option,
+                         port_zero zero) {
+  try {
+    return parse_endpoint(text, zero);
+  } catch (const std::invalid_argument& e) {
+    throw usage_error(std::string{option} + " " + text + ": " + e.what());
+  }
 }
 
 /// The provider block of `path`, JSON or YAML (providers/factory.hpp's one
@@ -161,9 +145,10 @@ provider_block load_block(const std::string& path) {
   } catch (const std::runtime_error& e) {
     throw usage_error(e.what());
   }
-  if (block.name == "nodes")
-    throw usage_error("provider config " + path +
-                      ": a node cannot serve a nodes block");
+  if (!servable_by_node(block))
+    throw usage_error("provider config " + path + ": a node cannot serve a " +
+                      block.name +
+                      " block (it places sandboxes on nodes itself)");
   return block;
 }
 
@@ -171,10 +156,11 @@ int run(const cli_options& opts, const sigset_t& signals) {
   if (opts.listen.empty() && opts.join.empty())
     throw usage_error("give --listen HOST:PORT (fronts connect to it) or "
                       "--join HOST:PORT (a front to connect to), or both");
-  std::string host;
-  uint16_t port = 0;
+  endpoint listen;
   if (!opts.listen.empty())
-    std::tie(host, port) = split_host_port(opts.listen);
+    listen = split_host_port(opts.listen, "--listen", port_zero::allowed);
+  auto& host = listen.host;
+  auto port = listen.port;
   if (!opts.tls.enabled() && !opts.insecure)
     throw usage_error("no TLS files: " + tls_missing_hint(node_role) +
                       " (--tls-cert, --tls-key, --tls-ca, or --insecure)");
@@ -182,18 +168,12 @@ int run(const cli_options& opts, const sigset_t& signals) {
     throw usage_error("--insecure and --tls-cert exclude each other");
   join_settings joining;
   if (!opts.join.empty()) {
-    std::tie(joining.host, joining.port) = split_host_port(opts.join, "--join");
-    if (joining.port == 0)
-      throw usage_error("--join " + opts.join + ": bad port");
+    auto ep = split_host_port(opts.join, "--join", port_zero::refused);
+    joining.host = ep.host;
+    joining.port = ep.port;
     joining.tls = opts.tls.enabled();
   }
   auto block = load_block(opts.provider_config);
-  std::shared_ptr<provider_backend> backend;
-  try {
-    backend = prepare_provider(block);
-  } catch (const json_error& e) {
-    throw usage_error("provider config: " + std::string{e.what()});
-  }
   node_limits limits;
   limits.capacity = opts.capacity > 0
                       ? opts.capacity
@@ -201,32 +181,39 @@ int run(const cli_options& opts, const sigset_t& signals) {
   limits.max_upload_bytes = opts.max_upload_bytes;
   limits.max_ttl = std::chrono::duration_cast<caf::timespan>(
     std::chrono::duration<double>{opts.max_ttl_s});
-  caf::actor_system_config cfg;
-  register_protocol(cfg);
-  install_scheduler(cfg);
-  try {
-    auto frame = opts.max_frame_bytes;
-    if (frame == 0)
-      frame = static_cast<uint32_t>(std::min<uint64_t>(
-        uint64_t{1} << 30,
-        std::max<uint64_t>(transport::default_max_payload,
-                           opts.max_upload_bytes + (16u << 20))));
-    if (frame < opts.max_upload_bytes)
-      throw usage_error("--max-frame-bytes " + std::to_string(frame) +
-                        " is below --max-upload-bytes " +
-                        std::to_string(opts.max_upload_bytes));
+  auto frame = opts.max_frame_bytes;
+  if (frame == 0)
+    frame = static_cast<uint32_t>(std::min<uint64_t>(
+      uint64_t{1} << 30,
+      std::max<uint64_t>(transport::default_max_payload,
+                         opts.max_upload_bytes + (16u << 20))));
+  if (frame < opts.max_upload_bytes)
+    throw usage_error("--max-frame-bytes " + std::to_string(frame) +
+                      " is below --max-upload-bytes " +
+                      std::to_string(opts.max_upload_bytes));
+  // The service's one actor system, with a node's middleman (TLS, frame
+  // checks) besides whatever the served backend needs.
+  service_options so;
+  so.configure = [&opts, frame](caf::actor_system_config& cfg) {
     configure_middleman(cfg, opts.tls, opts.insecure, node_role, frame);
-  } catch (const std::runtime_error& e) {
+  };
+  std::unique_ptr<service> svc;
+  try {
+    svc = std::make_unique<service>(block, std::move(so));
+  } catch (const json_error& e) {
+    throw usage_error("provider config: " + std::string{e.what()});
+  } catch (const service_setup_error& e) {
     throw usage_error(e.what());
   }
-  caf::actor_system sys{cfg};
-  auto inner = backend->spawn(sys);
+  auto& sys = svc->system();
+  auto inner = svc->first_provider();
   // A front's cache key holds what this node grades with (issue 19 item
-  // 10): its backend's identity, asked per interpreter name.
-  auto identity = [backend](const std::string& python) {
+  // 10): its backend's identity, asked per interpreter name. The backend
+  // outlives the node actor (the service holds it past its actor system).
+  auto identity = [&backend = svc->backend()](const std::string& python) {
     verification_config c;
     c.python = python;
-    return backend->grade_identity(c);
+    return backend.grade_identity(c);
   };
   auto node = spawn_node_actor(sys, inner, limits, identity);
   uint16_t published = 0;
@@ -244,17 +231,19 @@ int run(const cli_options& opts, const sigset_t& signals) {
                [&](caf::error& err) { failure = sys.render(err); });
     if (published == 0) {
       caf::anon_send_exit(node, caf::exit_reason::user_shutdown);
-      caf::anon_send_exit(inner, caf::exit_reason::user_shutdown);
       throw std::runtime_error("cannot listen on " + opts.listen + ": " +
                                failure);
     }
-    std::cout << "listening on " << host << ":" << published << std::endl;
+    auto shown = host.find(':') == std::string::npos ? host : "[" + host + "]";
+    std::cout << "listening on " << shown << ":" << published << std::endl;
   }
   caf::actor joiner;
   if (!opts.join.empty()) {
     joining.name = opts.name;
     if (joining.name.empty() && !opts.listen.empty())
-      joining.name = host + ":" + std::to_string(published);
+      joining.name =
+        (host.find(':') == std::string::npos ? host : "[" + host + "]") + ":" +
+        std::to_string(published);
     if (joining.name.empty()) {
       char buf[256] = {};
       ::gethostname(buf, sizeof buf - 1);
@@ -279,9 +268,8 @@ int run(const cli_options& opts, const sigset_t& signals) {
   if (joiner)
     caf::anon_send_exit(joiner, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(node, caf::exit_reason::user_shutdown);
-  caf::anon_send_exit(inner, caf::exit_reason::user_shutdown);
-  sys.await_all_actors_done();
-  backend->shut_down();
+  // The served provider, then its backend (service/service.hpp).
+  svc->shut_down(std::chrono::nanoseconds{0});
   return 0;
 }
 
@@ -291,22 +279,12 @@ int main(int argc, char** argv) {
   cli_options opts;
   if (auto status = parse_cli(argc, argv, opts))
     return *status;
-  auto logger = spdlog::stderr_color_mt("sv-node");
-  spdlog::set_default_logger(logger);
-  spdlog::set_level(spdlog::level::from_str(opts.log_level));
+  cli::log_to_stderr("sv-node", opts.log_level);
   // Every thread inherits the mask: only sigwait below sees these.
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  try {
-    return run(opts, signals);
-  } catch (const usage_error& e) {
-    std::cerr << "sv-node: " << e.what() << '\n';
-    return 2;
-  } catch (const std::exception& e) {
-    std::cerr << "sv-node: " << e.what() << '\n';
-    return 1;
-  }
+  return cli::guarded("sv-node", [&] { return run(opts, signals); });
 }

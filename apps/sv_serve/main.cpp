@@ -3,8 +3,8 @@
 // HTTP; CAF's threads run the supervisor, the provider and one small client
 // actor per request (apps/sv_serve/bridge.cpp); nothing blocks either.
 
-#include "actors/scheduler.hpp"
 #include "actors/supervisor.hpp"
+#include "apps/common/cli.hpp"
 #include "apps/sv_serve/compat_routes.hpp"
 #include "apps/sv_serve/metrics.hpp"
 #include "apps/sv_serve/sandboxes.hpp"
@@ -14,10 +14,11 @@
 #include "cache/result_cache.hpp"
 #include "messages/batch_format.hpp"
 #include "messages/bounded_json.hpp"
+#include "messages/endpoint.hpp"
 #include "messages/json.hpp"
 #include "messages/registry.hpp"
 #include "providers/factory.hpp"
-#include "providers/nodes/nodes_provider.hpp"
+#include "service/service.hpp"
 
 #include <CLI/CLI.hpp>
 #include <boost/asio/ip/address.hpp>
@@ -30,7 +31,6 @@
 #include <iostream>
 #include <mutex>
 #include <optional>
-#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <stdexcept>
 #include <string>
@@ -41,9 +41,7 @@ namespace {
 
 using namespace sv;
 
-struct usage_error : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
+using cli::usage_error;
 
 struct cli_options {
   std::string listen;
@@ -211,48 +209,31 @@ std::optional<int> parse_cli(int argc, char** argv, cli_options& opts) {
   app.add_option("--threads", opts.threads, "Asio threads")
     ->capture_default_str()
     ->check(CLI::Range(size_t{1}, size_t{256}));
-  app
-    .add_option("--log-level", opts.log_level,
-                "trace, debug, info, warn, error, critical or off")
-    ->capture_default_str()
-    ->check(CLI::IsMember(
-      {"trace", "debug", "info", "warn", "error", "critical", "off"}));
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
-  }
-  return std::nullopt;
+  cli::add_log_level(app, opts.log_level);
+  return cli::parse(app, argc, argv);
 }
 
-/// Splits `value` of `option`, HOST:PORT ([v6]:PORT too).
+/// `value` of `option`, HOST:PORT ([v6]:PORT too; messages/endpoint.hpp),
+/// its host an IP address to bind (`localhost`: 127.0.0.1); `loopback` by
+/// the one loopback rule.
 std::pair<std::string, uint16_t> split_host_port(const std::string& option,
                                                  const std::string& value,
                                                  bool& loopback) {
-  auto colon = value.rfind(':');
-  if (colon == std::string::npos || colon + 1 == value.size())
-    throw usage_error(option + " " + value + ": expected HOST:PORT");
-  auto host = value.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
-    host = host.substr(1, host.size() - 2);
-  if (host == "localhost")
-    host = "127.0.0.1";
-  unsigned long port = 0;
+  endpoint ep;
   try {
-    size_t used = 0;
-    port = std::stoul(value.substr(colon + 1), &used);
-    if (used != value.size() - colon - 1 || port > 65535)
-      throw std::invalid_argument("port");
-  } catch (const std::exception&) {
-    throw usage_error(option + " " + value + ": bad port");
+    ep = parse_endpoint(value, port_zero::allowed);
+  } catch (const std::invalid_argument& e) {
+    throw usage_error(option + " " + value + ": " + e.what());
   }
+  if (ep.host == "localhost")
+    ep.host = "127.0.0.1";
   boost::system::error_code ec;
-  auto addr = boost::asio::ip::make_address(host, ec);
+  boost::asio::ip::make_address(ep.host, ec);
   if (ec)
-    throw usage_error(option + " " + value + ": " + host +
+    throw usage_error(option + " " + value + ": " + ep.host +
                       " is not an IP address");
-  loopback = addr.is_loopback();
-  return {host, static_cast<uint16_t>(port)};
+  loopback = is_loopback_host(ep.host);
+  return {ep.host, ep.port};
 }
 
 /// --listen (the loopback rule) and --metrics-listen.
@@ -283,26 +264,6 @@ provider_block read_provider_block(const std::string& path, size_t max_depth) {
     throw usage_error(e.what());
   }
 }
-
-/// Every provider started (the first and the supervisor's replacements).
-struct provider_set {
-  std::mutex mtx;
-  std::vector<caf::actor> all;
-  void add(const provider_actor& p) {
-    std::lock_guard<std::mutex> guard{mtx};
-    all.push_back(caf::actor_cast<caf::actor>(p));
-  }
-  /// The one started last.
-  provider_actor latest() {
-    std::lock_guard<std::mutex> guard{mtx};
-    return caf::actor_cast<provider_actor>(all.back());
-  }
-  void shut_down() {
-    std::lock_guard<std::mutex> guard{mtx};
-    for (auto& hdl : all)
-      caf::anon_send_exit(hdl, caf::exit_reason::user_shutdown);
-  }
-};
 
 /// The settings of SandboxFusion's and NeMo-Skills' routes
 /// (docs/compat.md), read before anything starts.
@@ -363,63 +324,43 @@ int run(const cli_options& opts) {
       throw usage_error(e.what());
     }
   }
-  std::shared_ptr<provider_backend> backend;
+  std::unique_ptr<service> svc;
   try {
-    backend = prepare_provider(block);
+    svc = std::make_unique<service>(block);
   } catch (const std::exception& e) {
     throw usage_error("provider " + block.name + ": " + e.what());
   }
-  caf::actor_system_config cfg;
-  register_protocol(cfg);
-  install_scheduler(cfg);
-  if (block.name == "nodes") // a front of sv-node processes
-    configure_front(cfg, parse_nodes_settings(block.settings));
-  caf::actor_system sys{cfg};
-  auto providers = std::make_shared<provider_set>();
-  auto provider = backend->spawn(sys);
-  providers->add(provider);
+  auto& sys = svc->system();
   supervisor_config scfg;
   scfg.max_in_flight = opts.concurrency;
   scfg.max_creating = opts.max_creating;
   scfg.max_queue = opts.max_queue;
-  scfg.default_metadata = block.default_metadata;
-  scfg.retry = backend->retry_defaults();
   json_limits limits;
   limits.max_depth = opts.max_json_depth;
   scfg.parser = [limits](const std::string& text, json& result,
                          std::string& error) {
     return parse_result_text(text, result, error, limits);
   };
-  scfg.restart_provider = [backend, providers](caf::actor_system& sys) {
-    auto p = backend->spawn(sys);
-    providers->add(p);
-    return p;
-  };
-  auto supervisor = spawn_supervisor(sys, provider, std::move(scfg));
+  // With --cache, requests reach the supervisor through the cache's front
+  // (a detached actor that dies with the supervisor).
+  svc->supervise(std::move(scfg),
+                 cache ? cache_front_factory(cache, limits) : front_factory{});
   serve::metrics counters;
   auto sbx_opts = opts.sandboxes;
   sbx_opts.max_json_depth = opts.max_json_depth;
   sbx_opts.max_json_values = opts.max_json_values;
   sbx_opts.create_timeout = to_ms(opts.sandbox_create_timeout_s);
   sbx_opts.max_body_bytes = opts.max_body_bytes;
-  serve::sandbox_api sandboxes{sys, [providers] { return providers->latest(); },
-                               sbx_opts, &counters};
+  serve::sandbox_api sandboxes{
+    sys, [&svc = *svc] { return svc.latest_provider(); }, sbx_opts, &counters};
   serve::server_context ctx;
   ctx.sandboxes = &sandboxes;
   ctx.sys = &sys;
-  ctx.grade_identity = [backend](const verification_config& c) {
-    return backend->grade_identity(c);
+  ctx.grade_identity = [&svc = *svc](const verification_config& c) {
+    return svc.backend().grade_identity(c);
   };
-  ctx.supervisor = supervisor;
+  ctx.supervisor = svc->entry();
   if (cache) {
-    // Requests reach the supervisor through the cache's front (a detached
-    // actor that dies with the supervisor).
-    ctx.supervisor = spawn_cache_front(
-      sys, supervisor, cache,
-      [backend](const verification_config& c) {
-        return backend->grade_identity(c);
-      },
-      limits);
     counters.track_cache([cache] {
       auto& c = cache->counters();
       return serve::metrics::cache_counts{c.hits, c.misses};
@@ -430,7 +371,7 @@ int run(const cli_options& opts) {
   body_limits.max_values = opts.max_json_values;
   serve::compat_routes compat{sys,
                               ctx.supervisor,
-                              supervisor,
+                              svc->supervisor(),
                               compat_opts.settings,
                               compat_opts.open,
                               &counters,
@@ -443,20 +384,9 @@ int run(const cli_options& opts) {
   };
   spdlog::info("serving on provider {}", block.name);
   auto sig = serve::run_server(sopts, ctx);
-  // Nothing can restart a provider once the supervisor is gone; its exit
-  // stops the sandboxes it still knows of, the backend the rest.
-  await_stops(sys, supervisor, std::chrono::seconds{30});
-  {
-    caf::scoped_actor self{sys};
-    self->monitor(supervisor);
-    caf::anon_send_exit(supervisor, caf::exit_reason::user_shutdown);
-    self->receive(
-      [](const caf::down_msg&) {},
-      caf::after(std::chrono::seconds{10}) >>
-        [] { spdlog::warn("the supervisor did not stop within 10 s"); });
-  }
-  providers->shut_down();
-  backend->shut_down();
+  // The stops behind the last replies (up to 30 s), then the supervisor,
+  // the providers and the backend, in that order (service/service.hpp).
+  svc->shut_down(std::chrono::seconds{30});
   spdlog::info("stopped after signal {}", sig);
   return 0;
 }
@@ -469,22 +399,12 @@ int main(int argc, char** argv) {
   cli_options opts;
   if (auto status = parse_cli(argc, argv, opts))
     return *status;
-  auto logger = spdlog::stderr_color_mt("sv-serve");
-  spdlog::set_default_logger(logger);
-  spdlog::set_level(spdlog::level::from_str(opts.log_level));
+  cli::log_to_stderr("sv-serve", opts.log_level);
   // A handler, not SIG_IGN: exec resets it, so sandboxed processes start
   // with the default disposition.
   std::signal(SIGPIPE, ignore_sigpipe);
   // SIGTERM, SIGINT and SIGHUP belong to the server's signal_set, installed
   // before `listening on` is printed: a signal before it has its default
   // action (nothing is being served yet).
-  try {
-    return run(opts);
-  } catch (const usage_error& e) {
-    std::cerr << "sv-serve: " << e.what() << '\n';
-    return 2;
-  } catch (const std::exception& e) {
-    std::cerr << "sv-serve: " << e.what() << '\n';
-    return 1;
-  }
+  return cli::guarded("sv-serve", [&] { return run(opts); });
 }

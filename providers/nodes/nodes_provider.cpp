@@ -3,6 +3,7 @@
 #include "actors/quiet.hpp"
 #include "actors/waiters.hpp"
 #include "messages/bounded_json.hpp"
+#include "messages/endpoint.hpp"
 #include "messages/errors.hpp"
 #include "messages/json.hpp"
 #include "providers/factory.hpp"
@@ -36,6 +37,8 @@ namespace {
 using namespace std::chrono_literals;
 using std::chrono::duration_cast;
 
+constexpr const char* provider_name = "nodes";
+
 using reconnect_atom = caf::atom_constant<caf::atom("nreconn")>;
 using tick_atom = caf::atom_constant<caf::atom("ntick")>;
 /// nodes provider -> itself: the wait of the capacity waiter with this
@@ -65,22 +68,6 @@ caf::timespan bounded_seconds(double s) {
   if (!std::isfinite(s) || s <= 0)
     return caf::timespan{0};
   return seconds_span(std::min(s, 86400.0));
-}
-
-bool split_endpoint(const std::string& text, std::string& host,
-                    uint16_t& port) {
-  auto colon = text.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == text.size())
-    return false;
-  auto p = text.substr(colon + 1);
-  if (p.size() > 5 || p.find_first_not_of("0123456789") != std::string::npos)
-    return false;
-  auto n = std::stoul(p);
-  if (n == 0 || n > 65535)
-    return false;
-  host = text.substr(0, colon);
-  port = static_cast<uint16_t>(n);
-  return true;
 }
 
 using fail_fn = std::function<void(const caf::error&)>;
@@ -645,7 +632,7 @@ void place(self_ptr self, sandbox_spec spec,
           return; // failed already: the node was lost
         sandbox_handle out;
         out.sandbox_id = node.endpoint + "/" + inner.sandbox_id;
-        out.provider_name = "nodes";
+        out.provider_name = provider_name;
         out.state = node.endpoint;
         ++node.sandboxes;
         st.sandboxes[out.sandbox_id] =
@@ -870,12 +857,10 @@ caf::behavior registrar(caf::event_based_actor* self, caf::actor provider) {
 /// it; sv-grade then finds no node within its join wait.
 void start_listening(self_ptr self) {
   auto& st = self->state;
-  std::string host;
-  uint16_t port = 0;
-  auto colon = st.settings.listen.rfind(':');
-  host = st.settings.listen.substr(0, colon);
-  port =
-    static_cast<uint16_t>(std::stoul(st.settings.listen.substr(colon + 1)));
+  // Checked by the settings' parser.
+  auto where = parse_endpoint(st.settings.listen, port_zero::allowed);
+  auto host = where.host;
+  auto port = where.port;
   st.registrar =
     self->spawn<caf::linked>(registrar, caf::actor_cast<caf::actor>(self));
   auto listen = st.settings.listen;
@@ -893,14 +878,22 @@ void start_listening(self_ptr self) {
       });
 }
 
+/// A nodes handle names its node ("HOST:PORT") in `state`.
+std::string node_of(const sandbox_handle& hdl) {
+  return hdl.state;
+}
+
 caf::behavior nodes_provider(self_ptr self, nodes_settings settings,
                              std::vector<node_actor> injected) {
+  register_node_pinning(provider_name, node_of);
   auto& st = self->state;
   st.settings = std::move(settings);
   for (size_t i = 0; i < st.settings.endpoints.size(); ++i) {
     node_slot n;
     n.endpoint = st.settings.endpoints[i];
-    split_endpoint(n.endpoint, n.host, n.port);
+    auto ep = parse_endpoint(n.endpoint); // checked by the settings' parser
+    n.host = ep.host;
+    n.port = ep.port;
     if (i < injected.size()) {
       n.injected = true;
       n.hdl = injected[i];
@@ -1015,7 +1008,7 @@ public:
   explicit nodes_backend(const json& settings)
       : settings_(parse_nodes_settings(settings)),
         identity_(settings_identity(
-          "nodes", settings,
+          provider_name, settings,
           {"tls", "connect_timeout_s", "queue_timeout_s", "max_queue"})) {
     // nop
   }
@@ -1081,6 +1074,30 @@ public:
     // the nodes stop what a lost front created
   }
 
+  void configure(caf::actor_system_config& cfg) const override {
+    configure_front(cfg, settings_);
+  }
+
+  std::string check_started(caf::actor_system& sys,
+                            const provider_actor& first) const override {
+    return nodes_unreachable(sys, first, settings_);
+  }
+
+  // Nodes that join are counted once the first of them is up; dialed ones
+  // are asked for their capacity.
+  size_t suited_concurrency(caf::actor_system& sys,
+                            const provider_actor& first) const override {
+    auto n = settings_.listen.empty()
+               ? nodes_total_capacity(sys, settings_)
+               : nodes_capacity_up(sys, first, settings_.join_wait_s);
+    return std::max<size_t>(1, n);
+  }
+
+  json usage_table(caf::actor_system& sys,
+                   const provider_actor& first) const override {
+    return nodes_stats(sys, first);
+  }
+
 private:
   nodes_settings settings_;
   json identity_;
@@ -1097,105 +1114,6 @@ private:
 
 } // namespace
 
-nodes_settings parse_nodes_settings(const json& j) {
-  if (!j.is_object())
-    throw json_error("", "expected an object");
-  nodes_settings out;
-  for (auto& item : j.items()) {
-    auto& k = item.key();
-    auto& v = item.value();
-    if (k == "endpoints") {
-      if (!v.is_array() || v.empty())
-        throw json_error(k, "expected a non-empty array of \"HOST:PORT\"");
-      for (auto& e : v) {
-        std::string host;
-        uint16_t port = 0;
-        if (!e.is_string() || !split_endpoint(e.get<std::string>(), host, port))
-          throw json_error(k, "expected \"HOST:PORT\", got " + e.dump());
-        out.endpoints.push_back(e.get<std::string>());
-      }
-    } else if (k == "listen") {
-      std::string host;
-      uint16_t port = 0;
-      auto text = v.is_string() ? v.get<std::string>() : std::string{};
-      // Port 0 picks a free one (tests): split_endpoint refuses it.
-      if (!v.is_string() ||
-          !(split_endpoint(text, host, port) ||
-            (text.size() > 2 && text.compare(text.size() - 2, 2, ":0") == 0 &&
-             text.rfind(':') > 0)))
-        throw json_error(k, "expected \"HOST:PORT\", got " + v.dump());
-      out.listen = text;
-    } else if (k == "insecure") {
-      if (!v.is_boolean())
-        throw json_error(k, "expected true or false");
-      out.insecure = v.get<bool>();
-    } else if (k == "join_wait_s") {
-      if (!v.is_number() || v.get<double>() < 0 || v.get<double>() > 3600)
-        throw json_error(k, "expected seconds 0..3600");
-      out.join_wait_s = v.get<double>();
-    } else if (k == "tls") {
-      if (!v.is_object())
-        throw json_error(k, "expected {\"cert\", \"key\", \"ca\"}");
-      for (auto& t : v.items()) {
-        if (!t.value().is_string())
-          throw json_error(k + "." + t.key(), "expected a file name");
-        auto s = t.value().get<std::string>();
-        if (t.key() == "cert")
-          out.tls.cert = s;
-        else if (t.key() == "key")
-          out.tls.key = s;
-        else if (t.key() == "ca")
-          out.tls.ca = s;
-        else
-          throw json_error(k + "." + t.key(),
-                           "unknown key (known: cert, key, ca)");
-      }
-      if (out.tls.cert.empty() || out.tls.key.empty() || out.tls.ca.empty())
-        throw json_error(k, "needs cert, key and ca");
-    } else if (k == "connect_timeout_s" || k == "queue_timeout_s") {
-      if (!v.is_number() || v.get<double>() <= 0)
-        throw json_error(k, "expected a positive number of seconds");
-      (k == "connect_timeout_s" ? out.connect_timeout_s : out.queue_timeout_s) =
-        v.get<double>();
-    } else if (k == "max_frame_bytes") {
-      if (!v.is_number_unsigned() || v.get<uint64_t>() < (1u << 20) ||
-          v.get<uint64_t>() > (1u << 30))
-        throw json_error(k, "expected bytes 1048576..1073741824");
-      out.max_frame_bytes = v.get<uint32_t>();
-    } else if (k == "max_queue") {
-      if (!v.is_number_unsigned() || v.get<uint64_t>() == 0)
-        throw json_error(k, "expected a positive integer");
-      out.max_queue = v.get<size_t>();
-    } else if (k == "retry_budget_ratio" || k == "retry_budget_burst") {
-      if (!v.is_number() || v.get<double>() < 0 || v.get<double>() > 1000)
-        throw json_error(k, "expected a number 0..1000");
-      (k == "retry_budget_ratio" ? out.retry_budget_ratio
-                                 : out.retry_budget_burst) = v.get<double>();
-    } else if (k == "retry_infra") {
-      if (!v.is_number_integer() || v.get<int64_t>() < 0 ||
-          v.get<int64_t>() > 10)
-        throw json_error(k, "expected an integer 0..10");
-      out.retry_infra = v.get<int>();
-    } else {
-      throw json_error(k, "unknown setting (known: endpoints, tls, "
-                          "listen, insecure, join_wait_s, "
-                          "connect_timeout_s, queue_timeout_s, max_queue, "
-                          "max_frame_bytes, "
-                          "retry_infra, retry_budget_ratio, "
-                          "retry_budget_burst)");
-    }
-  }
-  if (out.endpoints.empty() && out.listen.empty())
-    throw json_error("endpoints", "missing: the nodes to grade on (or "
-                                  "\"listen\" for nodes that join)");
-  if (!out.tls.enabled() && !out.insecure)
-    throw json_error("tls", "missing: " + tls_missing_hint(front_role) +
-                              " (\"insecure\": true)");
-  if (out.tls.enabled() && out.insecure)
-    throw json_error("insecure", "tls and insecure exclude each other");
-  return out;
-}
-
 std::shared_ptr<provider_backend> make_nodes_backend(const json& settings) {
   return std::make_shared<nodes_backend>(settings);
 }
@@ -1205,12 +1123,6 @@ provider_actor spawn_nodes_provider(caf::actor_system& sys,
                                     std::vector<node_actor> nodes) {
   return caf::actor_cast<provider_actor>(
     sys.spawn(nodes_provider, std::move(settings), std::move(nodes)));
-}
-
-void configure_front(caf::actor_system_config& cfg,
-                     const nodes_settings& settings) {
-  configure_middleman(cfg, settings.tls, settings.insecure, front_role,
-                      settings.max_frame_bytes);
 }
 
 json nodes_stats(caf::actor_system& sys, const provider_actor& provider) {
@@ -1272,12 +1184,9 @@ size_t nodes_total_capacity(caf::actor_system& sys,
   caf::scoped_actor self{sys};
   size_t total = 0;
   for (auto& ep : settings.endpoints) {
-    std::string host;
-    uint16_t port = 0;
-    if (!split_endpoint(ep, host, port))
-      continue;
+    auto where = parse_endpoint(ep); // checked by the settings' parser
     caf::strong_actor_ptr ptr;
-    self->request(mm, timeout, caf::connect_atom::value, host, port)
+    self->request(mm, timeout, caf::connect_atom::value, where.host, where.port)
       .receive([&](caf::node_id&, caf::strong_actor_ptr& p,
                    std::set<std::string>&) { ptr = std::move(p); },
                [&](caf::error& err) {
