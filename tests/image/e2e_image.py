@@ -163,6 +163,12 @@ def run(env, reg):
         layout = image_kit.make_raw_image(env.dir, "bad-" + name,
                                           [[E("etc/ok", data=b"1")], entries])
         lines.append(line(name, reg.push(layout, f"test/bad-{name}:1")))
+    # An Env entry with a NUL byte would split into extra options of
+    # bwrap (root) in its NUL-separated argument file: the image is refused.
+    nul = image_kit.make_raw_image(
+        env.dir, "bad-env", [[E("etc/ok", data=b"1")]],
+        env=["PATH=/usr/bin:/bin", "X=a\0--unsetenv\0SV_SANDBOX_ID"])
+    lines.append(line("env-nul", reg.push(nul, "test/bad-env:1")))
     # Host paths sandboxes may not see, as a root or a layout; a mount
     # option smuggled in a directory's name.
     os.symlink("/root", env.path("to-root"))
@@ -189,6 +195,11 @@ def run(env, reg):
               ("provider_unavailable", "create") and
               "bad layer" in f["message"] and needle in f["message"],
               f"{name}: {out[name]}", proc)
+    f = out["env-nul"]["failure"]
+    check(not out["env-nul"]["ok"] and
+          (f["failure_kind"], f["state"]) == ("provider_unavailable", "create")
+          and "Env[1] holds a NUL byte" in f["message"],
+          f"env-nul: {out['env-nul']}", proc)
     check(os.listdir(victim) == [], f"the host was written: "
           f"{os.listdir(victim)}")
     check(not any(n.endswith(".partial") for n in

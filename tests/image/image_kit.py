@@ -101,9 +101,10 @@ def _blob(layout, data):
     return {"digest": "sha256:" + digest, "size": len(data)}
 
 
-def make_raw_image(dir_, name, layers):
+def make_raw_image(dir_, name, layers, env=("PATH=/usr/bin:/bin",)):
     """An OCI layout DIR/NAME (tag 1) of LAYERS, each a list of
-    (tarfile.TarInfo, bytes or None): hostile ones included."""
+    (tarfile.TarInfo, bytes or None), with config Env ENV: hostile ones
+    included."""
     layout = os.path.join(dir_, name)
     os.makedirs(layout, exist_ok=True)
     with open(os.path.join(layout, "oci-layout"), "w") as f:
@@ -121,7 +122,7 @@ def make_raw_image(dir_, name, layers):
         diffs.append(d["digest"])
     config = _blob(layout, json.dumps({
         "architecture": "amd64", "os": "linux",
-        "config": {"Env": ["PATH=/usr/bin:/bin"]},
+        "config": {"Env": list(env)},
         "rootfs": {"type": "layers", "diff_ids": diffs}}).encode())
     config["mediaType"] = "application/vnd.oci.image.config.v1+json"
     manifest = _blob(layout, json.dumps({

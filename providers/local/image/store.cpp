@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <openssl/evp.h>
 #include <poll.h>
+#include <set>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -154,6 +155,27 @@ void run_skopeo(const std::string& skopeo, const std::vector<std::string>& args,
   }
 }
 
+/// The image config's `Env` (["NAME=value", ...]) as pairs. An entry
+/// holding a NUL byte (JSON's \u0000) is refused, not split or dropped:
+/// the environment reaches bwrap's NUL-separated argument file.
+std::vector<std::pair<std::string, std::string>> env_of(const json& list) {
+  std::vector<std::pair<std::string, std::string>> out;
+  if (!list.is_array())
+    return out;
+  for (size_t i = 0; i < list.size(); ++i) {
+    if (!list[i].is_string())
+      continue;
+    auto text = list[i].get<std::string>();
+    if (text.find('\0') != std::string::npos)
+      throw image_error("the image's config Env[" + std::to_string(i) +
+                        "] holds a NUL byte");
+    auto eq = text.find('=');
+    if (eq != std::string::npos && eq > 0)
+      out.emplace_back(text.substr(0, eq), text.substr(eq + 1));
+  }
+  return out;
+}
+
 bool make_dir(const std::string& path, mode_t mode) {
   return ::mkdir(path.c_str(), mode) == 0 || errno == EEXIST;
 }
@@ -231,6 +253,9 @@ struct image_store::impl {
   std::condition_variable changed;
   std::map<std::string, entry> images;
   std::map<std::string, std::pair<std::string, clock::time_point>> tags;
+  /// The manifests an index (a multi-platform image) of a digest lists: a
+  /// pull of it yields one of them.
+  std::map<std::string, std::set<std::string>> listed;
   uint64_t pulls = 0;
   uint64_t next_tmp = 0;
   /// The directory is made (and a previous run's images loaded) at the
@@ -302,9 +327,34 @@ struct image_store::impl {
         ref.substr(at + 1) != digest)
       throw image_error("digest mismatch: the manifest is " + digest +
                         ", the reference names " + ref.substr(at + 1));
+    std::set<std::string> children;
+    auto doc = json::parse(raw, nullptr, false);
+    if (doc.is_object() && doc["manifests"].is_array())
+      for (auto& m : doc["manifests"])
+        if (m.is_object() && m["digest"].is_string())
+          children.insert(m["digest"].get<std::string>());
     std::lock_guard<std::mutex> guard{mtx};
     tags[ref] = {digest, clock::now()};
+    listed[digest] = std::move(children);
     return digest;
+  }
+
+  /// What skopeo copies for `src` of `digest`: a registry's image by that
+  /// digest, not by its tag (which can move between the resolve and the
+  /// copy); other sources as they are (their result is checked).
+  static std::string pinned(const image_source& src,
+                            const std::string& digest) {
+    if (src.transport.compare(0, 9, "docker://") != 0)
+      return src.transport;
+    // docker://[HOST[:PORT]/]NAME[:TAG][@DIGEST]: the tag and a digest
+    // follow the last '/' (a port comes before it).
+    auto name = src.transport;
+    auto last = name.rfind('/');
+    if (auto at = name.find('@', last); at != std::string::npos)
+      name.erase(at);
+    if (auto colon = name.find(':', last); colon != std::string::npos)
+      name.erase(colon);
+    return name + "@" + digest;
   }
 
   /// Pulls `src` (of `digest`) and unpacks it; returns the tree.
@@ -319,7 +369,7 @@ struct image_store::impl {
     std::vector<std::string> args{"--policy", policy, "copy", "--quiet"};
     auto tls = tls_args(src, "--src-tls-verify");
     args.insert(args.end(), tls.begin(), tls.end());
-    args.push_back(src.transport);
+    args.push_back(pinned(src, digest));
     args.push_back("oci:" + layout + ":image");
     {
       std::lock_guard<std::mutex> guard{mtx};
@@ -340,6 +390,16 @@ struct image_store::impl {
     if (!manifests.is_array() || manifests.size() != 1 ||
         !manifests[0].is_object() || !manifests[0]["digest"].is_string())
       throw image_error("the pulled layout holds no single manifest");
+    // What was copied is what was resolved (a source may change between
+    // the two): else another image would be filed under this digest.
+    {
+      auto got = manifests[0]["digest"].get<std::string>();
+      std::lock_guard<std::mutex> guard{mtx};
+      auto i = listed.find(digest);
+      if (got != digest && (i == listed.end() || i->second.count(got) == 0))
+        throw image_error("digest mismatch: resolved " + digest +
+                          ", the pull copied " + got.substr(0, 80));
+    }
     auto manifest = parse_json(
       read_bounded(blob(manifests[0]["digest"].get<std::string>()), "manifest"),
       "manifest");
@@ -353,15 +413,7 @@ struct image_store::impl {
       "config");
     auto tree = std::make_shared<image_tree>();
     tree->digest = digest;
-    auto& cfg_env = config["config"]["Env"];
-    if (cfg_env.is_array())
-      for (auto& item : cfg_env)
-        if (item.is_string()) {
-          auto text = item.get<std::string>();
-          auto eq = text.find('=');
-          if (eq != std::string::npos && eq > 0)
-            tree->env.emplace_back(text.substr(0, eq), text.substr(eq + 1));
-        }
+    tree->env = env_of(config["config"]["Env"]);
     auto hex = digest.substr(7);
     auto partial = cfg.dir + "/images/" + hex + ".partial";
     remove_tree(partial);
@@ -475,13 +527,7 @@ struct image_store::impl {
         tree->digest = "sha256:" + name;
         tree->rootfs = path + "/rootfs";
         tree->bytes = meta.value("bytes", uint64_t{0});
-        for (auto& item : meta["env"])
-          if (item.is_string()) {
-            auto text = item.get<std::string>();
-            auto eq = text.find('=');
-            if (eq != std::string::npos && eq > 0)
-              tree->env.emplace_back(text.substr(0, eq), text.substr(eq + 1));
-          }
+        tree->env = env_of(meta["env"]);
         images[tree->digest].tree = std::move(tree);
       } catch (const std::exception&) {
         remove_tree(path); // half-made, or not ours

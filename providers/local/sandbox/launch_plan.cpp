@@ -61,8 +61,15 @@ std::vector<std::pair<int, rlim_t>> limits_for(const local_sandbox& sb,
 /// (bwrap reads it once, at start).
 unique_fd args_file(const std::vector<std::string>& args) {
   std::string text;
-  for (size_t i = 1; i < args.size(); ++i)
+  for (size_t i = 1; i < args.size(); ++i) {
+    // A NUL inside an argument would end it early and start another
+    // option of bwrap's (which runs as root): refused, never split.
+    if (args[i].find('\0') != std::string::npos) {
+      errno = EINVAL;
+      return unique_fd{};
+    }
     text.append(args[i]).push_back('\0');
+  }
   unique_fd fd{::memfd_create("sv-bwrap-args", MFD_CLOEXEC)};
   if (!fd)
     return fd;
