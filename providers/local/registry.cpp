@@ -9,6 +9,7 @@
 #include "providers/local/sandbox/confined_fs.hpp"
 #include "providers/local/sandbox/exec.hpp"
 #include "providers/local/sandbox/lifecycle.hpp"
+#include "providers/local/sandbox/mount_points.hpp"
 #include "providers/local/sandbox/places.hpp"
 #include "providers/local/sandbox/sandbox.hpp"
 #include "providers/local/warm_pool.hpp"
@@ -307,6 +308,20 @@ struct local_registry::impl : detail::warm_pool_host {
           throw;
         }
       detail::assign_spec(iso, *sb, spec);
+      // The mount points bwrap needs in the image or the sandbox's /tmp:
+      // made now, or the create is refused (never an exec's bwrap making
+      // them through a symlink).
+      if (auto why = detail::prepare_mount_points(iso, *sb); !why.empty()) {
+        if (auto err = detail::teardown_local_sandbox(*sb))
+          spdlog::warn("local provider: removing {}, whose mount points could "
+                       "not be made: {}",
+                       sb->id, describe(err));
+        if (image)
+          return make_error(provider_errc::unavailable,
+                            "image \"" + spec.image.substr(0, 200) +
+                              "\" unusable: " + why);
+        throw std::runtime_error(why);
+      }
     } catch (const detail::fs_error& e) {
       return make_error(e.code(), e.what());
     } catch (const std::exception& e) {

@@ -4,6 +4,7 @@
 #include "providers/local/host/seccomp.hpp"
 #include "providers/local/isolation.hpp"
 #include "providers/local/sandbox/confined_fs.hpp"
+#include "providers/local/sandbox/mount_points.hpp"
 #include "providers/local/sandbox/places.hpp"
 #include "providers/local/sandbox/sandbox.hpp"
 
@@ -190,6 +191,10 @@ launch_plan make_launch_plan(const local_sandbox& sb, const exec_request& req,
   p.max_output = iso.max_log_bytes;
   p.rlimits = limits_for(sb, iso);
   p.nice = iso.nice;
+  if (iso.mode == isolation_mode::bwrap && p.error.empty())
+    // bwrap, as root, follows symlinks where it mounts: the provider makes
+    // every destination in a tree the sandbox controls first.
+    p.error = prepare_mount_points(iso, sb);
   if (iso.mode == isolation_mode::bwrap && p.error.empty()) {
     auto argv = std::move(p.argv);
     argv.front() = p.program;

@@ -135,12 +135,12 @@ void attach_image(const isolation_settings& iso, local_sandbox& sb,
     if (::mkdir(path->c_str(), 0755) != 0)
       throw std::runtime_error("cannot create " + *path + ": " +
                                std::strerror(errno));
-  // The root directory is the sandbox's own: `mkdir -p /tests` works, the
-  // image's own directories stay root's.
-  if (conf.uid.uid >= 0 &&
-      ::chown(upper.c_str(), static_cast<uid_t>(conf.uid.uid),
-              static_cast<gid_t>(conf.uid.uid)) != 0)
-    throw std::runtime_error("cannot chown " + upper + ": " +
+  // The root directory is root's and sticky, like /tmp: `mkdir -p /tests`
+  // works, but the sandbox cannot rename or remove what it does not own,
+  // such as the mount points the provider makes in it for bwrap
+  // (mount_points.hpp).
+  if (::chmod(upper.c_str(), 01777) != 0)
+    throw std::runtime_error("cannot chmod " + upper + ": " +
                              std::strerror(errno));
   auto options =
     "lowerdir=" + image->rootfs + ",upperdir=" + upper + ",workdir=" + work;
