@@ -40,6 +40,11 @@ struct front_state {
     caf::typed_response_promise<verification_outcome> promise;
     std::string key;
     std::string id; // the caller's
+    /// The image and the digest its key holds ("" when none was resolved),
+    /// and when the front asked for it.
+    std::string image;
+    std::string digest;
+    std::chrono::steady_clock::time_point asked;
   };
   /// Submissions passed on, by their number.
   std::unordered_map<uint64_t, waiting> pending;
@@ -81,8 +86,8 @@ hit(const std::string& id, const std::string& text, const json_limits& limits,
 
 front_actor::behavior_type front(front_ptr self, supervisor_actor supervisor,
                                  std::shared_ptr<result_cache> cache,
-                                 grade_identity_fn identity,
-                                 json_limits limits) {
+                                 grade_identity_fn identity, json_limits limits,
+                                 image_check_fn unchanged) {
   self->set_default_handler(sv::log_and_drop_unexpected);
   self->monitor(supervisor);
   self->set_down_handler([self](caf::down_msg& dm) {
@@ -99,8 +104,15 @@ front_actor::behavior_type front(front_ptr self, supervisor_actor supervisor,
         verification_request& req) -> caf::result<verification_outcome> {
       auto started = std::chrono::steady_clock::now();
       std::string key;
+      std::string digest;
+      auto asked = started;
       try {
-        key = cache_key(req, identity(req.config));
+        auto provider = identity(req.config);
+        asked = std::chrono::steady_clock::now(); // the digest resolved
+
+        key = cache_key(req, provider);
+        if (!key.empty() && image_digest_resolved(provider))
+          digest = provider["image_digest"].get<std::string>();
       } catch (const std::exception& e) {
         spdlog::warn("cache: no key for {}: {}", req.id, e.what());
       }
@@ -113,8 +125,10 @@ front_actor::behavior_type front(front_ptr self, supervisor_actor supervisor,
       auto n = st.next++;
       st.by_id.emplace(req.id, n);
       auto own = tag_private_id(req.id, front_tag, n);
+      auto image = digest.empty() ? std::string{} : req.config.image;
       st.pending.emplace(
-        n, front_state::waiting{promise, std::move(key), std::move(req.id)});
+        n, front_state::waiting{promise, std::move(key), std::move(req.id),
+                                std::move(image), std::move(digest), asked});
       req.id = std::move(own);
       self->send(supervisor, verify_atom::value, std::move(req));
       return promise;
@@ -133,7 +147,18 @@ front_actor::behavior_type front(front_ptr self, supervisor_actor supervisor,
           st.by_id.erase(j);
           break;
         }
-      if (out.ok && !waiting.key.empty()) {
+      // A key holding a resolved digest is stored only when the image
+      // named it all along: a create that found the tag moved meanwhile
+      // graded another image.
+      bool same_image =
+        waiting.digest.empty() ||
+        (unchanged && unchanged(waiting.image, waiting.digest, waiting.asked));
+      if (out.ok && !waiting.key.empty() && !same_image)
+        spdlog::info("cache: image {} was not seen naming {} all along "
+                     "while {} was graded (moved, or no check); its result "
+                     "is not stored",
+                     waiting.image, waiting.digest, waiting.id);
+      if (out.ok && !waiting.key.empty() && same_image) {
         auto text = result_text(out.result);
         if (text.size() <= max_stored_bytes)
           cache->store(waiting.key, text);
@@ -158,10 +183,11 @@ supervisor_actor spawn_cache_front(caf::actor_system& sys,
                                    supervisor_actor supervisor,
                                    std::shared_ptr<result_cache> cache,
                                    grade_identity_fn identity,
-                                   json_limits limits) {
+                                   json_limits limits,
+                                   image_check_fn unchanged) {
   return sys.spawn<caf::detached>(front, std::move(supervisor),
-                                  std::move(cache), std::move(identity),
-                                  limits);
+                                  std::move(cache), std::move(identity), limits,
+                                  std::move(unchanged));
 }
 
 front_factory cache_front_factory(std::shared_ptr<result_cache> cache,
@@ -176,7 +202,11 @@ front_factory cache_front_factory(std::shared_ptr<result_cache> cache,
       [&backend](const verification_config& c) {
         return backend.grade_identity(c);
       },
-      limits);
+      limits,
+      [&backend](const std::string& image, const std::string& digest,
+                 std::chrono::steady_clock::time_point since) {
+        return backend.image_unchanged_since(image, digest, since);
+      });
   };
 }
 

@@ -15,6 +15,7 @@
 #include "messages/provider.hpp"
 #include "service/service.hpp"
 
+#include <chrono>
 #include <functional>
 #include <memory>
 
@@ -29,13 +30,24 @@ namespace sv {
 /// thread; it may block. A throw means no key: graded, not stored.
 using grade_identity_fn = std::function<json(const verification_config&)>;
 
+/// Whether image `image` has named `digest` (the grade identity's
+/// `image_digest`) with no change since `since`, as the backend saw it
+/// (provider_backend::image_unchanged_since). Called on the front's own
+/// thread before it stores a result whose key holds a resolved digest: a
+/// tag that moved while the submission was graded is not stored.
+using image_check_fn =
+  std::function<bool(const std::string& image, const std::string& digest,
+                     std::chrono::steady_clock::time_point since)>;
+
 /// Spawns the front of `supervisor` on `cache`. Cached results are read
-/// back within `limits`.
+/// back within `limits`. Without `unchanged`, a result whose key holds a
+/// resolved image digest is never stored.
 supervisor_actor spawn_cache_front(caf::actor_system& sys,
                                    supervisor_actor supervisor,
                                    std::shared_ptr<result_cache> cache,
                                    grade_identity_fn identity,
-                                   json_limits limits = {});
+                                   json_limits limits = {},
+                                   image_check_fn unchanged = {});
 
 /// The front of a service's supervisor (service/service.hpp) on `cache`,
 /// keyed with the service backend's `grade_identity`.

@@ -45,10 +45,21 @@ bool image_pinned(const std::string& image) {
     [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
 }
 
+bool image_digest_resolved(const json& provider) {
+  if (!provider.is_object())
+    return false;
+  auto i = provider.find("image_digest");
+  if (i == provider.end() || !i->is_string())
+    return false;
+  return image_pinned("@" + i->get<std::string>());
+}
+
 std::string cache_key(const verification_request& req, const json& provider) {
-  // A tag can move and a directory or layout can change: only an image
-  // named by its digest keeps its results.
-  if (!req.config.image.empty() && !image_pinned(req.config.image))
+  // A tag can move and a directory or layout can change: an image keeps
+  // its results only when named by its digest, or when the provider
+  // resolved its name to one (then in the key, through `provider`).
+  if (!req.config.image.empty() && !image_pinned(req.config.image) &&
+      !image_digest_resolved(provider))
     return {};
   auto text = cache_key_text(req, provider);
   std::array<unsigned char, EVP_MAX_MD_SIZE> digest{};

@@ -41,9 +41,15 @@ std::string cache_key_text(const verification_request& req,
                            const json& provider);
 
 /// SHA-256 of `cache_key_text`, as 64 lowercase hex digits; "" (not
-/// cached) when the request's image is not named by its digest
-/// (`NAME@sha256:<hex>`): a tag can move, a directory can change.
+/// cached) when the request's image is neither named by its digest
+/// (`NAME@sha256:<hex>`) nor resolved to one by the provider (`provider`'s
+/// `image_digest`, "sha256:<hex>": the local provider's tag, layout or
+/// archive, docs/cache.md): a tag can move, a directory can change.
 std::string cache_key(const verification_request& req, const json& provider);
+
+/// Whether `provider` (a grade identity) holds the digest its backend
+/// resolved the request's image to (`image_digest`, "sha256:<64 hex>").
+bool image_digest_resolved(const json& provider);
 
 /// Whether `image` names its digest (`...@sha256:<64 hex>`).
 bool image_pinned(const std::string& image);

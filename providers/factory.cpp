@@ -125,6 +125,12 @@ provider_block parse_provider_block(const json& j) {
 
 provider_backend::~provider_backend() = default;
 
+bool provider_backend::image_unchanged_since(
+  const std::string&, const std::string&,
+  std::chrono::steady_clock::time_point) const {
+  return false;
+}
+
 retry_settings provider_backend::retry_defaults() const {
   return {}; // no retries
 }

@@ -11,6 +11,7 @@
 #include "messages/config_file.hpp"
 #include "messages/provider.hpp"
 
+#include <chrono>
 #include <initializer_list>
 #include <memory>
 #include <string>
@@ -64,7 +65,19 @@ public:
   /// settings. May block (files, a far side; answers are kept per
   /// `cfg.python`): call it off the scheduler threads. Throws when it cannot
   /// tell (the caller then grades without the cache).
+  /// With an image named by a tag, an `oci:` layout or an archive, the
+  /// local provider's identity also holds `image_digest`: the digest it
+  /// resolves the name to now (its image store, `image_tag_ttl_s`), so a
+  /// moved tag is another key. Others leave such images out of the cache.
   virtual json grade_identity(const verification_config& cfg) const = 0;
+
+  /// Whether `image` has named `digest` (an `image_digest` this backend
+  /// put in a grade identity) with no change seen since `since`: the
+  /// cache front stores a result under that key only then. Never blocks on
+  /// the network. Default: false (a backend that resolves no digest).
+  virtual bool
+  image_unchanged_since(const std::string& image, const std::string& digest,
+                        std::chrono::steady_clock::time_point since) const;
 
   /// The supervisor's retries of infrastructure failures this backend
   /// wants (nodes: its `retry_infra` and budget; others none).

@@ -208,6 +208,24 @@ void shut_down_local_registry(local_registry& registry);
 json local_interpreter_identity(const local_registry& registry,
                                 const std::string& python);
 
+/// The digest ("sha256:<hex>") image `image` names now in `registry`'s
+/// image store (a registry tag, an `oci:` layout, an archive; by
+/// `skopeo inspect` unless resolved within `image_tag_ttl_s`), for the
+/// result cache's key; "" for a root file system directory (no digest:
+/// not cached). Throws std::runtime_error when it cannot be resolved or
+/// images are refused. Blocks up to `deadline`: off the scheduler threads.
+std::string local_image_digest(const local_registry& registry,
+                               const std::string& image,
+                               std::chrono::steady_clock::time_point deadline);
+
+/// Whether `image` has named `digest` since `since` without a change seen
+/// by `registry`'s store (a create that found it moved, a failed pull).
+/// Never blocks on the network.
+bool local_image_unchanged_since(const local_registry& registry,
+                                 const std::string& image,
+                                 const std::string& digest,
+                                 std::chrono::steady_clock::time_point since);
+
 /// The counters of `registry`.
 local_registry_stats local_registry_counters(const local_registry& registry);
 

@@ -1,18 +1,28 @@
-// The result cache (cache/): what its key covers, exactly, and the SQLite
-// store's hits, misses and refusals. The apps' use of it (hits marked in
+// The result cache (cache/): what its key covers, exactly, the SQLite
+// store's hits, misses and refusals, and the front's keying of an image by
+// its resolved digest. The apps' use of it (hits marked in
 // output lines, failures never stored, several processes on one file) is
 // tested end to end in tests/cache/e2e_cache.py.
 
+#include "cache/cache_front.hpp"
 #include "cache/result_cache.hpp"
 #include "messages/batch_format.hpp"
 #include "providers/factory.hpp"
 
+#include <atomic>
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/scoped_actor.hpp>
+#include <caf/send.hpp>
+#include <caf/typed_event_based_actor.hpp>
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <mutex>
 #include <sqlite3.h>
 #include <unistd.h>
+#include <vector>
 
 using namespace sv;
 
@@ -92,7 +102,8 @@ TEST_CASE("the cache key changes with every input that decides the "
   }
 }
 
-TEST_CASE("an image keeps results only when named by its digest") {
+TEST_CASE("an image keeps results only when named by its digest, or "
+          "resolved to one") {
   auto req = base_request();
   std::string digest(64, 'a');
   for (auto* image : {"python:3.12-slim", "127.0.0.1:5000/t/a:1",
@@ -109,6 +120,45 @@ TEST_CASE("an image keeps results only when named by its digest") {
   CHECK(key_of(req) != pinned); // the name is in the key too
   req.config.image = "python@sha256:" + std::string(64, 'b');
   CHECK(key_of(req) != pinned);
+}
+
+TEST_CASE("an image named by a tag, layout or archive is keyed by the digest "
+          "the provider resolved it to") {
+  auto req = base_request();
+  auto resolved = [](const std::string& digest) {
+    auto id = some_identity();
+    id["image_digest"] = digest;
+    return id;
+  };
+  auto a = "sha256:" + std::string(64, 'a');
+  auto b = "sha256:" + std::string(64, 'b');
+  for (auto* image : {"python:3.12-slim", "127.0.0.1:5000/t/a:1",
+                      "oci:/var/lib/sv/images/python:3.12",
+                      "oci-archive:/srv/a.tar", "docker-archive:/srv/b.tar"}) {
+    INFO(image);
+    req.config.image = image;
+    auto key_a = key_of(req, resolved(a));
+    CHECK(key_a.size() == 64);
+    CHECK(image_digest_resolved(resolved(a)));
+    // The tag moved: another key.
+    CHECK(key_of(req, resolved(b)) != key_a);
+    CHECK(key_of(req, resolved(b)).size() == 64);
+    // No digest, or not one: no key (graded, not stored).
+    CHECK(key_of(req).empty());
+    for (auto bad :
+         {std::string{"sha256:abc"}, "sha512:" + std::string(64, 'a'),
+          std::string(71, 'a'), "sha256:" + std::string(64, 'A')}) {
+      INFO(bad);
+      CHECK(!image_digest_resolved(resolved(bad)));
+      CHECK(key_of(req, resolved(bad)).empty());
+    }
+    auto not_text = some_identity();
+    not_text["image_digest"] = 5;
+    CHECK(key_of(req, not_text).empty());
+  }
+  // A root file system directory: the local provider resolves none.
+  req.config.image = "/srv/rootfs";
+  CHECK(key_of(req).empty());
 }
 
 TEST_CASE("the cache key ignores ids and metadata") {
@@ -272,4 +322,132 @@ TEST_CASE("a cached outcome is marked in its output line, others are not") {
   auto out = back.get<verification_outcome>();
   CHECK(out.cached);
   CHECK(out.result == json{{"reward", 1.0}});
+}
+
+// -- the front: a key holding a resolved digest -------------------------------
+
+namespace {
+
+/// The front over a stand-in supervisor that grades every submission `ok`
+/// (counting them), with a grade identity that holds `digest` as the
+/// image's resolved digest and an image check that answers `still`.
+struct front_rig {
+  temp_dir tmp; // outlives the actor system, which joins the front
+  caf::actor_system_config cfg;
+  caf::actor_system sys{cfg};
+  std::shared_ptr<result_cache> cache =
+    std::make_shared<result_cache>(tmp.file("c.sqlite"));
+  std::shared_ptr<std::atomic<int>> graded =
+    std::make_shared<std::atomic<int>>(0);
+  std::shared_ptr<std::mutex> mtx = std::make_shared<std::mutex>();
+  std::shared_ptr<std::string> digest =
+    std::make_shared<std::string>("sha256:" + std::string(64, 'a'));
+  std::shared_ptr<std::atomic<bool>> still =
+    std::make_shared<std::atomic<bool>>(true);
+  /// What the check was asked: image and digest.
+  std::shared_ptr<std::vector<std::string>> asked =
+    std::make_shared<std::vector<std::string>>();
+  supervisor_actor supervisor;
+  supervisor_actor front;
+
+  explicit front_rig(bool with_check = true) {
+    auto graded_ = graded;
+    supervisor = sys.spawn(
+      [graded_](supervisor_actor::pointer) -> supervisor_actor::behavior_type {
+        return {
+          [=](verify_atom, verification_request& req) {
+            ++*graded_;
+            verification_outcome out;
+            out.id = req.id;
+            out.ok = true;
+            out.result = json{{"reward", 1.0}};
+            return out;
+          },
+          [](stats_atom) { return supervisor_stats{}; },
+          [](cancel_atom, std::string&) {},
+        };
+      });
+    auto m = mtx;
+    auto d = digest;
+    auto s = still;
+    auto a = asked;
+    image_check_fn check;
+    if (with_check)
+      check = [m, s, a](const std::string& image, const std::string& dg,
+                        std::chrono::steady_clock::time_point) {
+        std::lock_guard<std::mutex> guard{*m};
+        a->push_back(image + " " + dg);
+        return s->load();
+      };
+    front = spawn_cache_front(
+      sys, supervisor, cache,
+      [m, d](const verification_config&) {
+        std::lock_guard<std::mutex> guard{*m};
+        auto id = some_identity();
+        id["image_digest"] = *d;
+        return id;
+      },
+      {}, check);
+  }
+
+  ~front_rig() {
+    caf::anon_send_exit(front, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(supervisor, caf::exit_reason::user_shutdown);
+  }
+
+  /// Whether the submission (of a tagged image) was answered from the cache.
+  bool cached() {
+    auto req = base_request();
+    req.config.image = "127.0.0.1:5000/t/a:1";
+    caf::scoped_actor self{sys};
+    bool out = false;
+    self->request(front, std::chrono::seconds{30}, verify_atom::value, req)
+      .receive(
+        [&](verification_outcome& o) {
+          CHECK(o.ok);
+          CHECK(o.id == "a");
+          out = o.cached;
+        },
+        [&](caf::error& err) { FAIL(sys.render(err)); });
+    return out;
+  }
+};
+
+} // namespace
+
+TEST_CASE("the front keys a tagged image by its resolved digest and stores "
+          "a result only while the image named it") {
+  front_rig rig;
+  CHECK_FALSE(rig.cached()); // graded, stored
+  CHECK(rig.cache->counters().stored == 1);
+  CHECK(*rig.asked ==
+        std::vector<std::string>{"127.0.0.1:5000/t/a:1 " + *rig.digest});
+  CHECK(rig.cached()); // the same digest: from the cache
+  CHECK(*rig.graded == 1);
+  // The tag moved: another key, graded afresh.
+  {
+    std::lock_guard<std::mutex> guard{*rig.mtx};
+    *rig.digest = "sha256:" + std::string(64, 'b');
+  }
+  // ... and moved again while it was graded: not stored.
+  rig.still->store(false);
+  CHECK_FALSE(rig.cached());
+  CHECK_FALSE(rig.cached());
+  CHECK(*rig.graded == 3);
+  CHECK(rig.cache->counters().stored == 1);
+  // Unchanged since: stored, then served.
+  rig.still->store(true);
+  CHECK_FALSE(rig.cached());
+  CHECK(rig.cached());
+  CHECK(*rig.graded == 4);
+  CHECK(rig.cache->counters().stored == 2);
+}
+
+TEST_CASE("a front without an image check never stores a result keyed by a "
+          "resolved digest") {
+  front_rig rig{false};
+  CHECK_FALSE(rig.cached());
+  CHECK_FALSE(rig.cached());
+  CHECK(*rig.graded == 2);
+  CHECK(rig.cache->counters().stored == 0);
 }

@@ -6,12 +6,24 @@
 #include "providers/factory.hpp"
 #include "providers/local.hpp"
 
+#include <algorithm>
+#include <chrono>
 #include <map>
 #include <mutex>
 
 namespace sv {
 
 namespace {
+
+/// `NAME@sha256:<64 hex>` (as cache/result_cache.hpp's image_pinned).
+bool named_by_digest(const std::string& image) {
+  auto at = image.rfind("@sha256:");
+  return at != std::string::npos && image.size() == at + 8 + 64 &&
+         std::all_of(image.begin() + static_cast<std::ptrdiff_t>(at) + 8,
+                     image.end(), [](char c) {
+                       return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+                     });
+}
 
 class local_backend : public provider_backend {
 public:
@@ -22,9 +34,8 @@ public:
                             {"root", "io_threads", "stop_attempts",
                              "stop_retry_ms", "cgroup_parent", "uid_base",
                              "uid_count", "warm_pool", "warm_pool_start",
-                             // Where and how images are fetched: only an
-                             // image named by digest is cached, and the
-                             // digest is in the key.
+                             // Where and how images are fetched: the
+                             // image's digest is in the key.
                              "image_store", "image_store_max_mib",
                              "image_tag_ttl_s", "insecure_registries"})) {
     // nop
@@ -40,15 +51,39 @@ public:
   // start), as the provider's own is.
   json grade_identity(const verification_config& cfg) const override {
     auto out = identity_;
-    std::lock_guard<std::mutex> guard{mtx_};
-    auto i = interpreters_.find(cfg.python);
-    if (i == interpreters_.end())
-      i = interpreters_
-            .emplace(cfg.python,
-                     local_interpreter_identity(*registry_, cfg.python))
-            .first;
-    out["interpreter"] = i->second;
+    {
+      std::lock_guard<std::mutex> guard{mtx_};
+      auto i = interpreters_.find(cfg.python);
+      if (i == interpreters_.end())
+        i = interpreters_
+              .emplace(cfg.python,
+                       local_interpreter_identity(*registry_, cfg.python))
+              .first;
+      out["interpreter"] = i->second;
+    }
+    // A name that can move (a tag, a layout, an archive) is keyed by the
+    // digest it resolves to now; one named by digest holds it already; a
+    // root file system directory has none (no key: not cached).
+    if (!cfg.image.empty() && !named_by_digest(cfg.image)) {
+      // The front waits (one thread for every line): a slow registry
+      // costs a line its key, not the front minutes.
+      auto bound =
+        cfg.ready_timeout_s > 0 ? std::min(cfg.ready_timeout_s, 30.0) : 30.0;
+      auto digest = local_image_digest(
+        *registry_, cfg.image,
+        std::chrono::steady_clock::now() +
+          std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+            std::chrono::duration<double>(bound)));
+      if (!digest.empty())
+        out["image_digest"] = digest;
+    }
     return out;
+  }
+
+  bool image_unchanged_since(
+    const std::string& image, const std::string& digest,
+    std::chrono::steady_clock::time_point since) const override {
+    return local_image_unchanged_since(*registry_, image, digest, since);
   }
 
 private:

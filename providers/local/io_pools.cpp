@@ -34,6 +34,7 @@ void lower_own_priority(int sandbox_nice) {
 
 io_pools::io_pools()
     : io_work_(boost::asio::make_work_guard(io_)),
+      img_work_(boost::asio::make_work_guard(img_)),
       bg_work_(boost::asio::make_work_guard(bg_)) {
   // nop
 }
@@ -42,11 +43,16 @@ io_pools::~io_pools() {
   finish(std::chrono::seconds{0});
 }
 
-void io_pools::start(size_t io_threads, int sandbox_nice) {
+void io_pools::start(size_t io_threads, size_t image_threads,
+                     int sandbox_nice) {
   std::lock_guard<std::mutex> guard{mtx_};
   for (size_t i = 0; i < io_threads; ++i) {
     ++running_io_;
     threads_.emplace_back([this] { run(io_, running_io_); });
+  }
+  for (size_t i = 0; i < image_threads; ++i) {
+    ++running_img_;
+    threads_.emplace_back([this] { run(img_, running_img_); });
   }
   for (size_t i = 0; i < background_threads; ++i) {
     ++running_bg_;
@@ -73,14 +79,22 @@ void io_pools::run(boost::asio::io_context& ctx, size_t& running) {
 
 bool io_pools::finish(std::chrono::steady_clock::duration wait) {
   // Without its guard, run() returns once the work posted is done. The
-  // background's guard goes only after the caller path's threads are gone:
+  // caller path's guard goes only after the image threads are gone (a
+  // create goes on there), the background's only after the caller path's:
   // a stop on a strand may still hand its teardown over.
-  io_work_.reset();
+  img_work_.reset();
   bool done = false;
   {
     auto until = std::chrono::steady_clock::now() + wait;
     std::unique_lock<std::mutex> guard{mtx_};
-    done = idle_.wait_until(guard, until, [this] { return running_io_ == 0; });
+    done = idle_.wait_until(guard, until, [this] { return running_img_ == 0; });
+    if (done) {
+      guard.unlock();
+      io_work_.reset();
+      guard.lock();
+      done =
+        idle_.wait_until(guard, until, [this] { return running_io_ == 0; });
+    }
     if (done) {
       guard.unlock();
       bg_work_.reset();
@@ -90,7 +104,9 @@ bool io_pools::finish(std::chrono::steady_clock::duration wait) {
     }
   }
   if (!done) {
+    io_work_.reset();
     bg_work_.reset();
+    img_.stop();
     io_.stop();
     bg_.stop();
   }

@@ -547,6 +547,23 @@ json local_interpreter_identity(const local_registry& registry,
   return file_identity(path);
 }
 
+std::string local_image_digest(const local_registry& registry,
+                               const std::string& image,
+                               std::chrono::steady_clock::time_point deadline) {
+  auto& store = registry.images();
+  if (!store)
+    throw std::runtime_error("images are refused here");
+  return store->resolve(image, deadline);
+}
+
+bool local_image_unchanged_since(const local_registry& registry,
+                                 const std::string& image,
+                                 const std::string& digest,
+                                 std::chrono::steady_clock::time_point since) {
+  auto& store = registry.images();
+  return store && store->unchanged_since(image, digest, since);
+}
+
 local_registry_stats local_registry_counters(const local_registry& registry) {
   return registry.stats();
 }

@@ -39,6 +39,12 @@ namespace {
 /// before it abandons what is left.
 constexpr std::chrono::seconds shutdown_wait{30};
 
+/// Threads of the image pool (when the provider runs images): creates
+/// pulling, unpacking or waiting for another create's pull. Mostly asleep
+/// on a child process or a condition; more than the caller path's so that
+/// waiters for one slow image leave threads for others.
+constexpr size_t image_threads = 8;
+
 /// How many ids of sandboxes torn down at their provider's exit are kept
 /// for a replacement's stop.
 constexpr size_t max_tombstones = 65536;
@@ -253,9 +259,36 @@ struct local_registry::impl : detail::warm_pool_host {
     return std::min(out, create_deadline(spec, now));
   }
 
-  caf::expected<sandbox_handle> make_sandbox(uint64_t owner,
-                                             const std::string& id,
-                                             const sandbox_spec& spec) {
+  /// A create's image, on an image thread (pools.images()): pulled and
+  /// unpacked, or another create's pull waited for, there, never on a
+  /// caller-path thread. Null for a spec without one.
+  caf::expected<std::shared_ptr<const detail::image_tree>>
+  acquire_image(const sandbox_spec& spec) {
+    if (spec.image.empty())
+      return std::shared_ptr<const detail::image_tree>{};
+    {
+      std::lock_guard<std::mutex> guard{mtx};
+      if (is_shutting_down)
+        return unavailable();
+    }
+    if (!cfg.images)
+      return make_error(provider_errc::invalid_argument,
+                        "image: " + cfg.image_refusal);
+    if (auto why = detail::check_workdir(*cfg.isolation, spec.workdir);
+        !why.empty())
+      return make_error(provider_errc::invalid_argument, why);
+    try {
+      return cfg.images->acquire(spec.image, image_deadline(spec));
+    } catch (const std::exception& e) {
+      return make_error(provider_errc::unavailable,
+                        "image \"" + spec.image.substr(0, 200) +
+                          "\" unavailable: " + e.what());
+    }
+  }
+
+  caf::expected<sandbox_handle>
+  make_sandbox(uint64_t owner, const std::string& id, const sandbox_spec& spec,
+               std::shared_ptr<const detail::image_tree> image) {
     {
       std::lock_guard<std::mutex> guard{mtx};
       if (is_shutting_down)
@@ -264,21 +297,6 @@ struct local_registry::impl : detail::warm_pool_host {
     auto& iso = *cfg.isolation;
     // The file system work happens outside the lock.
     std::shared_ptr<local_sandbox> sb;
-    std::shared_ptr<const detail::image_tree> image;
-    if (!spec.image.empty()) {
-      if (!cfg.images)
-        return make_error(provider_errc::invalid_argument,
-                          "image: " + cfg.image_refusal);
-      if (auto why = detail::check_workdir(iso, spec.workdir); !why.empty())
-        return make_error(provider_errc::invalid_argument, why);
-      try {
-        image = cfg.images->acquire(spec.image, image_deadline(spec));
-      } catch (const std::exception& e) {
-        return make_error(provider_errc::unavailable,
-                          "image \"" + spec.image.substr(0, 200) +
-                            "\" unavailable: " + e.what());
-      }
-    }
     try {
       if (auto why = detail::check_workdir(iso, spec.workdir); !why.empty())
         throw detail::fs_error(provider_errc::invalid_argument, why);
@@ -492,6 +510,9 @@ struct local_registry::impl : detail::warm_pool_host {
       asio::post(sb->strand, [this, sb] { run_stop(sb); });
     for (auto& sb : pooled)
       asio::post(pools.bg(), [this, sb] { pool.destroy(sb); });
+    // A pull under way, or a create waiting for one, ends now.
+    if (cfg.images)
+      cfg.images->abort();
     if (!pools.finish(shutdown_wait))
       spdlog::error("local provider: I/O still busy after {} s at "
                     "shutdown, abandoned it",
@@ -512,7 +533,9 @@ local_registry::local_registry(detail::registry_settings cfg)
   // Checked again here: the registry keeps this descriptor, and every
   // sandbox directory is made and removed relative to it.
   impl_->root = detail::open_trusted_dir(impl_->cfg.root);
-  impl_->pools.start(impl_->cfg.io_threads, impl_->cfg.isolation->nice);
+  impl_->pools.start(impl_->cfg.io_threads,
+                     impl_->cfg.images ? image_threads : 0,
+                     impl_->cfg.isolation->nice);
   impl_->pool.prewarm();
 }
 
@@ -544,15 +567,43 @@ void local_registry::create(uint64_t owner, const sandbox_spec& spec,
     id = impl_->new_id();
     ++impl_->creating;
   }
-  asio::post(impl_->pools.io(),
-             [p = impl_.get(), owner, id, spec, done{std::move(done)}] {
-               auto r = p->make_sandbox(owner, id, spec);
-               {
-                 std::lock_guard<std::mutex> guard{p->mtx};
-                 --p->creating;
-               }
-               done(std::move(r));
-             });
+  auto make = [p = impl_.get(), owner, id,
+               done](const sandbox_spec& spec,
+                     std::shared_ptr<const detail::image_tree> image) {
+    auto r = p->make_sandbox(owner, id, spec, std::move(image));
+    {
+      std::lock_guard<std::mutex> guard{p->mtx};
+      --p->creating;
+    }
+    done(std::move(r));
+  };
+  if (spec.image.empty() || !impl_->cfg.images) {
+    // No image, or a refusal: nothing slow.
+    asio::post(impl_->pools.io(), [p = impl_.get(), make, spec, done] {
+      auto image = p->acquire_image(spec);
+      if (image)
+        return make(spec, std::move(*image));
+      {
+        std::lock_guard<std::mutex> guard{p->mtx};
+        --p->creating;
+      }
+      done(std::move(image.error()));
+    });
+    return;
+  }
+  // The image first, on its own pool; the rest on the caller path.
+  asio::post(impl_->pools.images(), [p = impl_.get(), make, spec, done] {
+    auto image = p->acquire_image(spec);
+    if (!image) {
+      {
+        std::lock_guard<std::mutex> guard{p->mtx};
+        --p->creating;
+      }
+      return done(std::move(image.error()));
+    }
+    asio::post(p->pools.io(),
+               [make, spec, image{std::move(*image)}] { make(spec, image); });
+  });
 }
 
 bool local_registry::is_live(const std::string& id) const {
@@ -628,6 +679,10 @@ const std::string& local_registry::python_name() const {
 
 const json& local_registry::interpreter() const {
   return impl_->cfg.interpreter;
+}
+
+const std::shared_ptr<detail::image_store>& local_registry::images() const {
+  return impl_->cfg.images;
 }
 
 local_registry_stats local_registry::stats() const {

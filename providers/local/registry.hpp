@@ -125,6 +125,9 @@ public:
   const std::string& python_name() const;
   const json& interpreter() const;
 
+  /// Its image store (null when images are refused).
+  const std::shared_ptr<detail::image_store>& images() const;
+
   /// Stops every sandbox (a last try for those whose stop failed) and joins
   /// the I/O threads. Blocks for up to about 30 s: never call it on a CAF
   /// scheduler thread or an I/O thread of this registry. Idempotent.

@@ -8,7 +8,11 @@ marker file) and pushed with skopeo.
   Env, no host file (/usr/bin/apt), `python3` resolved in the image;
 - two images differ; the oci:DIR:TAG and root-directory forms work;
 - / is writable (mkdir -p /tests) and the write is gone with the sandbox;
-- a moved tag is graded afresh (the new image), not from the cache;
+- a tag and a layout are served from the cache while they name the same
+  digest; a moved tag is graded afresh (the new image), not from the
+  cache, and then served from it; a root directory is never cached;
+- while an image's pull is slow (a proxy that delays blobs), host-view
+  lines still complete (pulls hold no caller-path thread);
 - a missing image and an unreachable registry are masked
   provider_unavailable at create, never graded on the host's view;
 - hostile layers (.., absolute, a symlinked parent, a device node, a link
@@ -126,12 +130,35 @@ def run(env, reg):
               ("provider_unavailable", "create") and needle in f["message"],
               f"{id_}: {out[id_]}", proc)
 
-    # The tag moves: the same line is graded afresh in the new image.
+    # Unchanged, a tag and a layout are answered from the cache (keyed by
+    # the digest they resolve to); a root directory never is.
+    out, proc = grade([line("a", ref_a), line("oci", "oci:" + b),
+                       line("dir", root_dir)], cache)
+    for id_, marker, cached in [("a", "image-A", True),
+                                ("oci", "image-B", True),
+                                ("dir", "image-C", False)]:
+        check(result(id_)["marker"] == marker and
+              bool(out[id_].get("cached")) == cached,
+              f"unchanged {id_}: {out[id_]}", proc)
+
+    # The tag moves: the same line is graded afresh in the new image, then
+    # that answer is served from the cache while the tag stays.
     reg.push(b, "test/a:1")
     out, proc = grade([line("a", ref_a)], cache)
     r = result("a")
     check(r["marker"] == "image-B" and not out["a"].get("cached"),
           f"moved tag: {out['a']}", proc)
+    out, proc = grade([line("a", ref_a)], cache)
+    check(result("a")["marker"] == "image-B" and out["a"].get("cached"),
+          f"moved tag, unchanged since: {out['a']}", proc)
+    # Moved back: graded in image-A again (its earlier answer is keyed by
+    # image-A's digest, so served from the cache, and right).
+    reg.push(a, "test/a:1")
+    out, proc = grade([line("a", ref_a)], cache)
+    check(result("a")["marker"] == "image-A", f"moved back: {out['a']}",
+          proc)
+
+    slow_pull(env, reg, grade)
 
     # Ten concurrent creates of a new image pull it once.
     ref_d = reg.push(image_kit.make_image(env.dir, "layout-d", "image-D"),
@@ -208,11 +235,50 @@ def run(env, reg):
     serve = os.environ.get("SV_SERVE")
     if serve:
         through_serve(serve, env, ref_a, reg)
-    print("ok: images from a registry, a layout and a directory; moved tag "
-          "regraded; missing and unreachable masked; 5 hostile layers "
+    print("ok: images from a registry, a layout and a directory; tags and "
+          "layouts cached by digest, moved tag regraded; slow pull stalls no "
+          "host line; missing and unreachable masked; 5 hostile layers "
           "refused; 10 concurrent creates, 1 pull" +
           ("; sv-serve: sandbox API and /v1/verify in the image" if serve
            else " (SV_SERVE unset: sv-serve not tried)"))
+
+
+def slow_pull(env, reg, grade):
+    """While an image's pull is slow (a registry proxy that waits 8 s per
+    blob), host-view lines still go through: creates waiting for a pull
+    hold no caller-path thread (4 of them, the default)."""
+    delay = 8
+    proxy = image_kit.SlowProxy(reg.host, delay)
+    try:
+        with open(env.provider_config) as f:
+            cfg = json.load(f)
+        cfg["local"]["insecure_registries"].append(proxy.host)
+        with open(env.provider_config, "w") as f:
+            json.dump(cfg, f)
+        reg.push(image_kit.make_image(env.dir, "layout-e", "image-E"),
+                 "test/e:1")
+        ref_e = f"{proxy.host}/test/e:1"
+        lines = [line(f"e{i}", ref_e) for i in range(5)]
+        lines += [line(f"h{i}", "") for i in range(5)]
+        out, proc = grade(lines)
+
+        def result(id_):
+            check(out[id_]["ok"], f"{id_}: {out[id_]}", proc)
+            return out[id_]["result"]
+
+        for i in range(5):
+            e, h = out[f"e{i}"], out[f"h{i}"]
+            check(result(f"e{i}")["marker"] == "image-E" and
+                  e["timings_ms"]["total"] >= delay * 1000,
+                  f"slow image e{i}: {e}", proc)
+            check(result(f"h{i}")["marker"] is None and
+                  h["timings_ms"]["total"] < (delay - 2) * 1000,
+                  f"host h{i} waited for the slow pull: {h}", proc)
+        worst = max(out[f"h{i}"]["timings_ms"]["total"] for i in range(5))
+        print(f"slow pull ({delay} s a blob): host lines done in at most "
+              f"{worst:.0f} ms")
+    finally:
+        proxy.stop()
 
 
 def through_serve(binary, env, ref, reg):
@@ -238,7 +304,7 @@ def through_serve(binary, env, ref, reg):
                      "import os; os.makedirs('/tests/x'); "
                      "print(open('/etc/sv-image-marker').read().strip(), "
                      "os.path.exists('/usr/bin/apt'))"], "timeout_s": 30})
-        check(st == 200 and body["stdout"] == "image-B False\n",
+        check(st == 200 and body["stdout"] == "image-A False\n",
               f"serve exec: {st} {body}", s)
         st, body = call("DELETE", base)
         check(st in (200, 204), f"serve stop: {st} {body}", s)
@@ -250,7 +316,7 @@ def through_serve(binary, env, ref, reg):
         job = json.loads(line("v", ref))
         st, body = call("POST", "/v1/verify", job)
         check(st == 200 and body["ok"] and
-              body["result"]["marker"] == "image-B", f"verify: {body}", s)
+              body["result"]["marker"] == "image-A", f"verify: {body}", s)
     finally:
         s.stop()
 

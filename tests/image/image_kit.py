@@ -143,3 +143,63 @@ def entry(name, type_=tarfile.REGTYPE, data=b"", link="", mode=0o644):
     info.linkname = link
     info.size = len(data) if type_ == tarfile.REGTYPE else 0
     return (info, data if type_ == tarfile.REGTYPE else None)
+
+
+class SlowProxy:
+    """A plain-HTTP proxy on 127.0.0.1 in front of a registry that waits
+    DELAY seconds before answering each blob request: a slow pull."""
+
+    def __init__(self, upstream, delay):
+        import http.client
+        import http.server
+        import threading
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def forward(self, body):
+                if "/blobs/" in self.path:
+                    time.sleep(delay)
+                conn = http.client.HTTPConnection(upstream, timeout=60)
+                conn.putrequest(self.command, self.path, skip_host=True,
+                                skip_accept_encoding=True)
+                conn.putheader("Host", upstream)
+                for k, v in self.headers.items():  # each Accept kept
+                    if k.lower() not in ("host", "connection"):
+                        conn.putheader(k, v)
+                conn.endheaders()
+                resp = conn.getresponse()
+                data = resp.read()
+                self.send_response(resp.status)
+                for k, v in resp.getheaders():
+                    if k.lower() not in ("connection", "transfer-encoding",
+                                         "content-length"):
+                        self.send_header(k, v)
+                self.send_header("Content-Length",
+                                 str(resp.getheader("Content-Length", "0")
+                                     if not body else len(data)))
+                self.end_headers()
+                if body:
+                    self.wfile.write(data)
+                conn.close()
+
+            def do_GET(self):
+                self.forward(True)
+
+            def do_HEAD(self):
+                self.forward(False)
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
+                                                      Handler)
+        self.server.daemon_threads = True
+        self.host = f"127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever,
+                                       daemon=True)
+        self.thread.start()
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cerrno>
 #include <climits>
 #include <condition_variable>
@@ -92,7 +93,7 @@ json parse_json(const std::string& text, const std::string& what) {
 /// nowhere). Throws image_error with skopeo's own words.
 void run_skopeo(const std::string& skopeo, const std::vector<std::string>& args,
                 clock::time_point deadline, int out_fd,
-                const std::string& tmp_dir) {
+                const std::string& tmp_dir, const std::atomic<bool>& aborted) {
   int p[2];
   if (::pipe2(p, O_CLOEXEC) != 0)
     throw image_error(std::string{"pipe: "} + std::strerror(errno));
@@ -116,17 +117,16 @@ void run_skopeo(const std::string& skopeo, const std::vector<std::string>& args,
   for (;;) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
       deadline - clock::now());
-    if (left.count() <= 0) {
+    if (left.count() <= 0 || aborted.load()) {
       late = true;
       break;
     }
+    // Woken every 200 ms to see an abort (shutdown).
     pollfd pfd{rd.get(), POLLIN, 0};
-    auto r = ::poll(&pfd, 1,
-                    static_cast<int>(std::min<int64_t>(left.count(), 1 << 30)));
-    if (r == 0) {
-      late = true;
-      break;
-    }
+    auto r =
+      ::poll(&pfd, 1, static_cast<int>(std::min<int64_t>(left.count(), 200)));
+    if (r == 0)
+      continue;
     if (r < 0 && errno == EINTR)
       continue;
     char buf[4096];
@@ -144,6 +144,8 @@ void run_skopeo(const std::string& skopeo, const std::vector<std::string>& args,
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     // retry
   }
+  if (late && aborted.load())
+    throw image_error("the provider is shutting down");
   if (late)
     throw image_error("skopeo did not finish before the create's deadline");
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
@@ -249,10 +251,18 @@ struct image_store::impl {
     clock::time_point used;
   };
 
-  std::mutex mtx;
+  mutable std::mutex mtx;
   std::condition_variable changed;
   std::map<std::string, entry> images;
-  std::map<std::string, std::pair<std::string, clock::time_point>> tags;
+  /// What a reference resolved to: its digest, when it was asked, and
+  /// since when it has named that digest (as far as this store saw).
+  struct tag {
+    std::string digest;
+    clock::time_point asked;
+    clock::time_point since;
+  };
+  std::map<std::string, tag> tags;
+  std::atomic<bool> aborted{false};
   /// The manifests an index (a multi-platform image) of a digest lists: a
   /// pull of it yields one of them.
   std::map<std::string, std::set<std::string>> listed;
@@ -295,8 +305,8 @@ struct image_store::impl {
     {
       std::lock_guard<std::mutex> guard{mtx};
       auto i = tags.find(ref);
-      if (i != tags.end() && now - i->second.second < cfg.tag_ttl)
-        return i->second.first;
+      if (i != tags.end() && now - i->second.asked < cfg.tag_ttl)
+        return i->second.digest;
     }
     auto out = unique_tmp("manifest");
     unique_fd fd{::open(
@@ -309,7 +319,7 @@ struct image_store::impl {
     auto tls = tls_args(src, "--tls-verify");
     args.insert(args.end(), tls.begin(), tls.end());
     args.push_back(src.transport);
-    run_skopeo(cfg.skopeo, args, deadline, fd.get(), tmp_dir());
+    run_skopeo(cfg.skopeo, args, deadline, fd.get(), tmp_dir(), aborted);
     struct stat st;
     if (::fstat(fd.get(), &st) != 0 ||
         static_cast<uint64_t>(st.st_size) > max_meta_bytes)
@@ -334,7 +344,12 @@ struct image_store::impl {
         if (m.is_object() && m["digest"].is_string())
           children.insert(m["digest"].get<std::string>());
     std::lock_guard<std::mutex> guard{mtx};
-    tags[ref] = {digest, clock::now()};
+    auto asked = clock::now();
+    auto& t = tags[ref];
+    if (t.digest != digest)
+      t.since = asked; // new, or the tag moved
+    t.digest = digest;
+    t.asked = asked;
     listed[digest] = std::move(children);
     return digest;
   }
@@ -376,7 +391,7 @@ struct image_store::impl {
       ++pulls;
     }
     auto started = clock::now();
-    run_skopeo(cfg.skopeo, args, deadline, -1, tmp_dir());
+    run_skopeo(cfg.skopeo, args, deadline, -1, tmp_dir(), aborted);
     auto pulled = clock::now();
     auto blob = [&](const std::string& d) {
       if (!is_hex_digest(d))
@@ -616,6 +631,44 @@ std::string image_store::impl::check_host_path(const std::string& path,
   return resolved;
 }
 
+/// The source of `ref` made ready to ask: its host path checked, the store
+/// open, skopeo there. Throws image_error.
+static void ready_source(image_store::impl& s, const image_source& src) {
+  if (src.transport.compare(0, 9, "docker://") != 0)
+    s.check_host_path(src.transport.substr(src.transport.find(':') + 1),
+                      src.transport.compare(0, 4, "oci:") == 0);
+  s.ensure_open();
+  if (s.cfg.skopeo.empty())
+    throw image_error("skopeo is not installed (Debian: apt-get install "
+                      "skopeo); only root file system directories work");
+  if (s.aborted.load())
+    throw image_error("the provider is shutting down");
+}
+
+std::string image_store::resolve(const std::string& ref,
+                                 clock::time_point deadline) {
+  auto src = parse_image_ref(ref);
+  if (!src.rootfs.empty())
+    return "";
+  ready_source(*impl_, src);
+  return impl_->resolve(ref, src, deadline);
+}
+
+bool image_store::unchanged_since(const std::string& ref,
+                                  const std::string& digest,
+                                  clock::time_point since) const {
+  std::lock_guard<std::mutex> guard{impl_->mtx};
+  auto i = impl_->tags.find(ref);
+  return i != impl_->tags.end() && i->second.digest == digest &&
+         i->second.since <= since;
+}
+
+void image_store::abort() {
+  std::lock_guard<std::mutex> guard{impl_->mtx};
+  impl_->aborted = true;
+  impl_->changed.notify_all();
+}
+
 std::shared_ptr<const image_tree>
 image_store::acquire(const std::string& ref, clock::time_point deadline) {
   auto src = parse_image_ref(ref);
@@ -635,13 +688,7 @@ image_store::acquire(const std::string& ref, clock::time_point deadline) {
     tree->rootfs = real;
     return tree;
   }
-  if (src.transport.compare(0, 9, "docker://") != 0)
-    s.check_host_path(src.transport.substr(src.transport.find(':') + 1),
-                      src.transport.compare(0, 4, "oci:") == 0);
-  s.ensure_open();
-  if (s.cfg.skopeo.empty())
-    throw image_error("skopeo is not installed (Debian: apt-get install "
-                      "skopeo); only root file system directories work");
+  ready_source(s, src);
   auto digest = s.resolve(ref, src, deadline);
   std::unique_lock<std::mutex> lock{s.mtx};
   for (;;) {
@@ -652,6 +699,8 @@ image_store::acquire(const std::string& ref, clock::time_point deadline) {
     }
     if (!e.pulling)
       break;
+    if (s.aborted.load())
+      throw image_error("the provider is shutting down");
     if (s.changed.wait_until(lock, deadline) == std::cv_status::timeout)
       throw image_error("the pull of " + digest +
                         " by another create did "

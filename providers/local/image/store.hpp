@@ -89,6 +89,24 @@ public:
   acquire(const std::string& ref,
           std::chrono::steady_clock::time_point deadline);
 
+  /// The digest ("sha256:<hex>") `ref` names now: asked of its source
+  /// (skopeo inspect) unless resolved within the tag TTL; "" for a root
+  /// file system directory, which has none. What the result cache's key
+  /// holds (docs/cache.md). Throws image_error.
+  std::string resolve(const std::string& ref,
+                      std::chrono::steady_clock::time_point deadline);
+
+  /// Whether `ref` has named `digest` without a change since `since`, as
+  /// far as this store has seen (every resolve and acquire): a create that
+  /// found the tag moved in between, or a failed pull that forgot it, says
+  /// no. Never asks the source; never blocks on a pull.
+  bool unchanged_since(const std::string& ref, const std::string& digest,
+                       std::chrono::steady_clock::time_point since) const;
+
+  /// Ends every pull and wait under way (each throws image_error) and any
+  /// later one: shutdown does not wait for a slow registry.
+  void abort();
+
   /// Pulls run so far (skopeo copy), for the tests and the logs.
   uint64_t pulls() const;
 
