@@ -13,11 +13,13 @@
 #include <boost/asio/write.hpp>
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
+#include <caf/detail/sync_request_bouncer.hpp>
 #include <caf/event_based_actor.hpp>
 #include <caf/io/basp_broker.hpp>
 #include <caf/io/middleman.hpp>
 #include <caf/io/network/multiplexer.hpp>
 #include <caf/io/scribe.hpp>
+#include <caf/scheduled_actor.hpp>
 #include <caf/scoped_actor.hpp>
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
@@ -495,10 +497,40 @@ caf::behavior gate_actor_impl(gate_ptr self, gate* g, caf::actor broker) {
 
 // -- gate: I/O thread ---------------------------------------------------------
 
+/// What scheduled_actor::cleanup does for every actor but a broker: close
+/// the mailbox (later messages are dropped at once), then drop what is in
+/// it, answering requests with `reason`.
+void close_mailbox(caf::scheduled_actor* self, const caf::error& reason) {
+  auto& box = self->mailbox();
+  if (box.closed())
+    return;
+  box.close();
+  self->get_normal_queue().flush_cache();
+  self->get_urgent_queue().flush_cache();
+  caf::detail::sync_request_bouncer bounce{reason};
+  while (box.queue().new_round(1000, bounce).consumed_items)
+    ; // nop
+}
+
 void gate::start() {
   self_node_ = sys_.node();
   auto broker =
     sys_.middleman().named_broker<caf::io::basp_broker>(caf::atom("BASP"));
+  // CAF 0.17.6 (and 0.18) brokers never close their mailbox when they stop:
+  // abstract_broker::cleanup calls local_actor::cleanup, not
+  // scheduled_actor::cleanup. Whatever reaches the BASP broker after the
+  // middleman stopped it stays in its mailbox: the heartbeat tick it sends
+  // itself (the actor clock runs until the scheduler stops, after the
+  // middleman), the down messages of the spawn-server helpers its on_exit
+  // kills. The tick's sender is the broker: a cycle, the broker and all it
+  // holds never freed (LeakSanitizer after nodes_e2e_sigstop; the 1 ms
+  // heartbeat of nodes_shutdown_test makes it certain). So we close it, on
+  // the broker's thread, as the last step of its cleanup.
+  auto* raw = dynamic_cast<caf::scheduled_actor*>(
+    caf::actor_cast<caf::abstract_actor*>(broker));
+  if (raw != nullptr)
+    broker->attach_functor(
+      [raw](const caf::error& reason) { close_mailbox(raw, reason); });
   actor_ = sys_.spawn<caf::hidden>(gate_actor_impl, this, broker);
   {
     std::lock_guard<std::mutex> guard{gates_mtx};
