@@ -54,6 +54,11 @@ struct local_provider_config {
   uint64_t image_store_max_mib = 20480;
   /// Registries ("HOST[:PORT]") pulled from over plain HTTP.
   std::vector<std::string> insecure_registries;
+  /// Host directories a root file system directory image must lie in
+  /// (empty: that form is refused). The overlay's root takes its upper
+  /// layer's owner, so any host directory, even a 0700 one, would be
+  /// readable by the sandbox: only those listed here may be images.
+  std::vector<std::string> image_dirs;
   /// Seconds a tag's digest is trusted before the registry is asked again
   /// (0: every create asks).
   uint64_t image_tag_ttl_s = 60;

@@ -9,6 +9,7 @@
 #include "providers/local/isolation.hpp"
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <vector>
 
@@ -69,6 +70,12 @@ void link(const std::string& target, const std::string& at) {
 }
 
 /// Prints the real uid and the effective capabilities (sh builtins only).
+/// Root file system images may lie below the temporary directory.
+void allow_tmp_images(local_provider_config& c) {
+  const char* base = std::getenv("TMPDIR");
+  c.image_dirs = {base && *base ? base : "/tmp"};
+}
+
 const char* const whoami =
   "while read k v r; do case $k in Uid:|CapEff:) echo $k $v;; esac; done "
   "< /proc/self/status";
@@ -85,7 +92,7 @@ bool dir_is_empty(const std::string& dir) {
 
 TEST_CASE("an image's symlinks at bwrap's mount points never reach the "
           "host") {
-  auto f = make_isolated();
+  auto f = make_isolated(allow_tmp_images);
   temp_dir host, rootfs;
   INFO("a root file system from the host's dash and coreutils");
   REQUIRE(make_rootfs(rootfs.path));
@@ -125,7 +132,7 @@ TEST_CASE("an image's /sandbox over sv-drop's host directory cannot swap "
   REQUIRE(!drop.empty());
   auto before = read_text(drop);
   auto drop_dir = fs::path{drop}.parent_path().string();
-  auto f = make_isolated();
+  auto f = make_isolated(allow_tmp_images);
   temp_dir rootfs;
   INFO("a root file system from the host's dash and coreutils");
   REQUIRE(make_rootfs(rootfs.path));
@@ -147,7 +154,7 @@ TEST_CASE("an image's /sandbox over sv-drop's host directory cannot swap "
 }
 
 TEST_CASE("an image whose mount point cannot be made is refused at create") {
-  auto f = make_isolated();
+  auto f = make_isolated(allow_tmp_images);
   temp_dir rootfs;
   INFO("a root file system from the host's dash and coreutils");
   REQUIRE(make_rootfs(rootfs.path));
@@ -165,7 +172,7 @@ TEST_CASE("an image whose mount point cannot be made is refused at create") {
 
 TEST_CASE("what one exec plants in an image's root does not steer the next "
           "exec's bwrap") {
-  auto f = make_isolated();
+  auto f = make_isolated(allow_tmp_images);
   temp_dir host, rootfs;
   INFO("a root file system from the host's dash and coreutils");
   REQUIRE(make_rootfs(rootfs.path));
@@ -198,7 +205,7 @@ TEST_CASE("what one exec plants in the sandbox's /tmp does not steer the "
           "next exec's bwrap to a workdir below it") {
   // The host's view, too: a workdir below /tmp is mounted in the sandbox's
   // own /tmp, which it writes between its execs.
-  auto f = make_isolated();
+  auto f = make_isolated(allow_tmp_images);
   temp_dir host;
   sandbox_spec spec;
   spec.workdir = "/tmp/a/work";
@@ -213,4 +220,25 @@ TEST_CASE("what one exec plants in the sandbox's /tmp does not steer the "
   CHECK(read_text(f->dir_of(h) + "/f") == "w\n");
   f->stop_and_expect_gone(h);
   CHECK(!path_exists(host.path + "/made"));
+}
+
+TEST_CASE("a root file system directory outside image_dirs is refused") {
+  // The overlay's root takes the upper layer's owner and mode: a 0700 host
+  // directory would be readable through it.
+  auto f = make_isolated();
+  temp_dir rootfs;
+  REQUIRE(::chmod(rootfs.path.c_str(), 0700) == 0);
+  INFO("a root file system from the host's dash and coreutils");
+  REQUIRE(make_rootfs(rootfs.path));
+  sandbox_spec spec;
+  spec.image = rootfs.path;
+  auto r = f->ask<sandbox_handle>(create_atom::value, spec);
+  REQUIRE(!r.value);
+  CHECK(r.code() == code(provider_errc::unavailable));
+  CHECK(r.message() == "image \"" + rootfs.path +
+                         "\" unavailable: root file "
+                         "system directory " +
+                         rootfs.path +
+                         " does not lie in a directory of the provider's "
+                         "image_dirs setting (empty: none may)");
 }

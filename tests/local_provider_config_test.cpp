@@ -61,17 +61,23 @@ TEST_CASE("local provider settings are strict") {
     "max_cpu, sandbox_nice, uid_base, "
     "uid_count, cgroup_parent, allow_user_namespaces, stop_attempts, "
     "stop_retry_ms, warm_pool, warm_pool_start, image_store, "
-    "image_store_max_mib, insecure_registries, image_tag_ttl_s)");
+    "image_store_max_mib, insecure_registries, image_dirs, image_tag_ttl_s)");
   auto images = parse_local_provider_config(
     json{{"image_store", "/var/lib/sv/images"},
          {"image_store_max_mib", 1024},
          {"insecure_registries", {"127.0.0.1:5000"}},
+         {"image_dirs", {"/srv/rootfs"}},
          {"image_tag_ttl_s", 0}});
   CHECK(images.image_store == "/var/lib/sv/images");
   CHECK(images.image_store_max_mib == 1024);
   CHECK(images.insecure_registries ==
         std::vector<std::string>{"127.0.0.1:5000"});
   CHECK(images.image_tag_ttl_s == 0);
+  CHECK(images.image_dirs == std::vector<std::string>{"/srv/rootfs"});
+  CHECK(parse_local_provider_config(json::object()).image_dirs.empty());
+  CHECK_THROWS_WITH(parse_local_provider_config(json{{"image_dirs", {"srv"}}}),
+                    "image_dirs: \"srv\" is not an absolute, normalized path "
+                    "other than /");
   CHECK_THROWS_WITH(
     parse_local_provider_config(json{{"insecure_registries", {"a/b"}}}),
     "insecure_registries: \"a/b\" is not HOST or HOST:PORT");

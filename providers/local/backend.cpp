@@ -29,15 +29,15 @@ class local_backend : public provider_backend {
 public:
   explicit local_backend(const json& settings)
       : registry_(make_local_registry(parse_local_provider_config(settings))),
-        identity_(
-          settings_identity("local", settings,
-                            {"root", "io_threads", "stop_attempts",
-                             "stop_retry_ms", "cgroup_parent", "uid_base",
-                             "uid_count", "warm_pool", "warm_pool_start",
-                             // Where and how images are fetched: the
-                             // image's digest is in the key.
-                             "image_store", "image_store_max_mib",
-                             "image_tag_ttl_s", "insecure_registries"})) {
+        identity_(settings_identity(
+          "local", settings,
+          {"root", "io_threads", "stop_attempts", "stop_retry_ms",
+           "cgroup_parent", "uid_base", "uid_count", "warm_pool",
+           "warm_pool_start",
+           // Where and how images are fetched: the
+           // image's digest is in the key.
+           "image_store", "image_store_max_mib", "image_tag_ttl_s",
+           "insecure_registries", "image_dirs"})) {
     // nop
   }
 

@@ -149,6 +149,7 @@ local_provider_config parse_local_provider_config(const json& settings) {
                 "image_store",
                 "image_store_max_mib",
                 "insecure_registries",
+                "image_dirs",
                 "image_tag_ttl_s"});
   read_field(settings, "root",
              [&](const json& v) { cfg.root = read_string(v, "root", true); });
@@ -188,6 +189,9 @@ local_provider_config parse_local_provider_config(const json& settings) {
   });
   read_field(settings, "image_tag_ttl_s", [&](const json& v) {
     cfg.image_tag_ttl_s = read_count(v, "image_tag_ttl_s", 0, 86400);
+  });
+  read_field(settings, "image_dirs", [&](const json& v) {
+    cfg.image_dirs = read_paths(v, "image_dirs");
   });
   read_field(settings, "insecure_registries", [&](const json& v) {
     if (!v.is_array())

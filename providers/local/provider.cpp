@@ -483,6 +483,7 @@ std::shared_ptr<local_registry> make_local_registry(local_provider_config cfg) {
       cfg.image_store.empty() ? settings.root + "-images" : cfg.image_store;
     store.max_bytes = cfg.image_store_max_mib << 20;
     store.insecure_registries = cfg.insecure_registries;
+    store.image_dirs = cfg.image_dirs;
     store.tag_ttl = std::chrono::seconds{cfg.image_tag_ttl_s};
     store.forbidden = iso.hidden;
     store.forbidden.push_back(store.dir);

@@ -82,6 +82,9 @@ def run(env, reg):
         json.dump({"local": {"root": env.path("sandboxes"),
                              "image_store": store,
                              "insecure_registries": [reg.host],
+                             # rootfs-c; the hostile directories below are
+                             # refused for what they are first.
+                             "image_dirs": [env.dir],
                              "image_tag_ttl_s": 0}}, f)
     a = image_kit.make_image(env.dir, "layout-a", "image-A")
     b = image_kit.make_image(env.dir, "layout-b", "image-B")

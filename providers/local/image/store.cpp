@@ -675,6 +675,19 @@ image_store::acquire(const std::string& ref, clock::time_point deadline) {
   auto& s = *impl_;
   if (!src.rootfs.empty()) {
     auto real = s.check_host_path(src.rootfs, false);
+    // The merged root takes the upper layer's owner and mode: a host
+    // directory nobody else may read (0700) would be readable through it.
+    // Only directories the operator set aside as images may be one.
+    if (std::none_of(s.cfg.image_dirs.begin(), s.cfg.image_dirs.end(),
+                     [&](const std::string& dir) {
+                       char dir_real[PATH_MAX];
+                       return ::realpath(dir.c_str(), dir_real) != nullptr &&
+                              path_within(real, dir_real);
+                     }))
+      throw image_error("root file system directory " + src.rootfs +
+                        " does not lie in a directory of the provider's "
+                        "image_dirs setting" +
+                        (s.cfg.image_dirs.empty() ? " (empty: none may)" : ""));
     struct stat st;
     if (::stat(real.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
       throw image_error("root file system directory " + src.rootfs +

@@ -35,6 +35,9 @@ struct image_store_settings {
   uint64_t max_bytes = 20ull << 30;
   /// Registries ("HOST[:PORT]") reached over plain HTTP.
   std::vector<std::string> insecure_registries;
+  /// Host directories a root file system directory must lie in (empty:
+  /// none may be used).
+  std::vector<std::string> image_dirs;
   /// skopeo's path ("" when not installed: only rootfs directories work).
   std::string skopeo;
   /// Bounds of one image's unpacked tree.
