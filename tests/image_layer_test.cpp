@@ -246,3 +246,35 @@ TEST_CASE("a corrupt or truncated layer is refused", "[image]") {
   CHECK_THROWS_WITH(apply_layer(s.dir + "/missing", s.tree(), {}, totals),
                     Catch::Contains("cannot open layer"));
 }
+
+TEST_CASE("parents made, stream bytes and the deadline are bounded inside a "
+          "layer",
+          "[image]") {
+  scratch s;
+  layer_limits few;
+  few.max_entries = 3;
+  // One entry, four parents it makes: five entries.
+  CHECK_THROWS_WITH(s.apply({{"a/b/c/d/f.txt", '0', "x"}}, false, few),
+                    "more than 3 entries (the store's max_image_entries)");
+  scratch t;
+  layer_limits small;
+  small.max_stream_bytes = 4096;
+  // Well within max_bytes, past the stream bound.
+  std::vector<tar_entry> big{{"big.txt", '0', std::string(8192, 'x')}};
+  CHECK_THROWS_WITH(t.apply(big, true, small),
+                    "the layers' tar streams exceed their bound (the store's "
+                    "max_image_stream_bytes)");
+  scratch u;
+  layer_totals totals;
+  CHECK_THROWS_WITH(
+    apply_layer(u.blob(make_tar({{"f.txt", '0', "x"}})), u.tree(), {}, totals,
+                std::chrono::steady_clock::now() - std::chrono::seconds{1}),
+    "unpacking did not finish before the create's deadline");
+  CHECK(!exists(u.tree() + "/f.txt"));
+  // Within the bounds, all of it counts.
+  scratch v;
+  layer_totals ok;
+  apply_layer(v.blob(make_tar({{"a/b/f.txt", '0', "x"}})), v.tree(), {}, ok);
+  CHECK(ok.entries == 3);
+  CHECK(ok.stream_bytes > 0);
+}

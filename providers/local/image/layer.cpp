@@ -35,7 +35,11 @@ constexpr size_t max_depth = 256;
 /// data as is).
 class stream {
 public:
-  explicit stream(const std::string& path) {
+  /// Reads at most `budget` bytes of the decompressed stream, and none
+  /// once `deadline` has passed.
+  stream(const std::string& path, uint64_t budget,
+         std::chrono::steady_clock::time_point deadline)
+      : budget_(budget), deadline_(deadline) {
     int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0)
       throw layer_error("cannot open layer " + path + ": " +
@@ -73,9 +77,22 @@ public:
         throw layer_error("the layer ends inside an entry (truncated)");
       }
       got += static_cast<size_t>(r);
+      auto before = read_;
+      read_ += static_cast<uint64_t>(r);
+      if (read_ > budget_)
+        throw layer_error("the layers' tar streams exceed their bound (the "
+                          "store's max_image_stream_bytes)");
+      // The clock, once per MiB read (every entry reads its header).
+      if ((before >> 20) != (read_ >> 20) &&
+          std::chrono::steady_clock::now() >= deadline_)
+        throw layer_error("unpacking did not finish before the create's "
+                          "deadline");
     }
     return true;
   }
+
+  /// Bytes of the decompressed stream read so far.
+  uint64_t bytes_read() const { return read_; }
 
   void skip(uint64_t n) {
     char buf[64 * 1024];
@@ -89,6 +106,9 @@ public:
 
 private:
   gzFile gz_ = nullptr;
+  uint64_t budget_;
+  std::chrono::steady_clock::time_point deadline_;
+  uint64_t read_ = 0;
 };
 
 /// A numeric field: octal, or base-256 (GNU) when its high bit is set.
@@ -338,6 +358,10 @@ private:
       int fd = ::openat(dir.get(), parts[i].c_str(),
                         O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
       if (fd < 0 && errno == ENOENT) {
+        // A directory made is an entry, as if the layer had listed it.
+        if (++totals_.entries > limits_.max_entries)
+          throw layer_error("more than " + std::to_string(limits_.max_entries) +
+                            " entries (the store's max_image_entries)");
         if (::mkdirat(dir.get(), parts[i].c_str(), 0755) != 0 &&
             errno != EEXIST)
           fail_errno(name, "cannot make its parent directory");
@@ -524,14 +548,21 @@ private:
 } // namespace
 
 void apply_layer(const std::string& blob, const std::string& tree,
-                 const layer_limits& limits, layer_totals& totals) {
+                 const layer_limits& limits, layer_totals& totals,
+                 std::chrono::steady_clock::time_point deadline) {
   unique_fd root{
     ::open(tree.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)};
   if (!root)
     throw layer_error("cannot open the tree " + tree + ": " +
                       std::strerror(errno));
-  stream in{blob};
+  if (std::chrono::steady_clock::now() >= deadline)
+    throw layer_error("unpacking did not finish before the create's deadline");
+  stream in{blob,
+            limits.max_stream_bytes -
+              std::min(limits.max_stream_bytes, totals.stream_bytes),
+            deadline};
   applier{root.get(), limits, totals}.run(in);
+  totals.stream_bytes += in.bytes_read();
 }
 
 bool remove_tree(const std::string& path) {

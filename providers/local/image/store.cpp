@@ -449,7 +449,7 @@ struct image_store::impl {
       }
       try {
         apply_layer(blob(layer["digest"].get<std::string>()),
-                    partial + "/rootfs", cfg.limits, totals);
+                    partial + "/rootfs", cfg.limits, totals, deadline);
       } catch (const layer_error& e) {
         remove_tree(partial);
         throw image_error("bad layer " + layer["digest"].get<std::string>() +
