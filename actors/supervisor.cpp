@@ -177,8 +177,8 @@ struct supervisor_state {
   bool given_up = false;
   /// No provider will come again, not even to stop a sandbox.
   bool abandoned = false;
-  /// Restarts since the provider last made progress: answered a create or
-  /// a stop, or a verification came through without a provider fault.
+  /// Restarts since the provider last made progress: a verification came
+  /// through without a provider fault (once given up: an orphan stopped).
   uint32_t consecutive_restarts = 0;
   /// Tags the backoff timer (a stale one does nothing).
   uint64_t restart_gen = 0;
@@ -364,7 +364,13 @@ void stop_orphan(self_ptr self, orphan_sandbox orphan) {
       [=](ok_atom) {
         if (take())
           count_stop(self, stop_status::stopped);
-        made_progress(self);
+        // After a give-up the restarts exist only for these stops: each one
+        // through is progress (the orphans are finite, so this ends). Before
+        // it, a stop is not: a provider that crashes on every exec leaves
+        // orphans its replacement stops, and counting those would restart
+        // it at once, forever (issue 19).
+        if (self->state.given_up)
+          made_progress(self);
         answer_stop_waiters(self);
       },
       [=](caf::error& err) {
@@ -402,10 +408,13 @@ void adopt_waiting_orphans(self_ptr self) {
 
 // -- restarts -----------------------------------------------------------------
 
-/// The provider made progress (it answered a create or a stop, or a
-/// verification came through without a provider fault): the restart budget
-/// counts restarts without any, so a provider that crashes every few
-/// thousand calls is restarted as long as it gets work done.
+/// The provider made progress (a verification came through without a
+/// provider fault, or, once given up, an orphan's stop went through): the
+/// restart budget and the backoff count restarts without any, so a provider
+/// that crashes every few thousand calls is restarted as long as it gets
+/// work done, and one that crashes on every exec backs off and is given up.
+/// Answered creates and orphan stops are no progress: each crash leaves
+/// orphans for the next provider to stop.
 void made_progress(self_ptr self) {
   self->state.consecutive_restarts = 0;
 }
@@ -893,9 +902,6 @@ supervisor(self_ptr self, provider_actor provider, supervisor_config cfg) {
         entry->handle = std::move(handle);
         entry->phase = verification_state::ready;
         ++self->state.stats.sandboxes_created;
-        if (self->state.provider_alive &&
-            entry->provider == self->state.provider.address())
-          made_progress(self);
         return;
       }
       // A lingering verification's late sandbox, which it now stops.

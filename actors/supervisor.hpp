@@ -68,13 +68,15 @@ struct supervisor_config {
   std::chrono::nanoseconds restart_backoff_min = std::chrono::milliseconds(100);
   std::chrono::nanoseconds restart_backoff_max = std::chrono::seconds(5);
   /// Consecutive restarts without progress (failed, or whose provider died
-  /// before it answered a create or a stop, or before a verification came
-  /// through without a provider fault) after which the provider is given
-  /// up: queued and later submissions fail provider_unavailable / node_down.
-  /// A provider that crashes every few thousand calls but gets work done in
-  /// between is restarted as often as it crashes. A given-up provider is
-  /// still restarted (the same budget again, no work) while sandboxes are
-  /// owned, to stop them; only then is what is left to its TTL.
+  /// before a verification came through without a provider fault: answered
+  /// creates and stops do not count, a provider that crashes on every exec
+  /// makes none) after which the provider is given up: queued and later
+  /// submissions fail provider_unavailable / node_down. A provider that
+  /// crashes every few thousand calls but gets work done in between is
+  /// restarted as often as it crashes. A given-up provider is still
+  /// restarted (the same budget again, no work; each orphan stopped is
+  /// progress then) while sandboxes are owned, to stop them; only then is
+  /// what is left to its TTL.
   uint32_t max_restart_failures = 8;
   /// How long one call of `restart_provider` may take.
   std::chrono::nanoseconds restart_timeout = std::chrono::seconds(120);
