@@ -171,10 +171,12 @@ struct supervisor_state {
   caf::timespan restart_timeout{0};
   /// A restart is scheduled or running.
   bool restarting = false;
-  /// No work is taken any more: restarts made no progress
-  /// `max_restart_failures` times in a row. Restarts go on, for stops
-  /// only, while sandboxes are owned.
+  /// No work is taken: restarts made no progress `max_restart_failures`
+  /// times in a row. Restarts go on, for stops only, while sandboxes are
+  /// owned. Work is taken again, on probation, `give_up_cooldown` after.
   bool given_up = false;
+  caf::actor_clock::time_point given_up_at;
+  caf::timespan give_up_cooldown{0};
   /// No provider will come again, not even to stop a sandbox.
   bool abandoned = false;
   /// Restarts since the provider last made progress: a verification came
@@ -419,6 +421,19 @@ void made_progress(self_ptr self) {
   self->state.consecutive_restarts = 0;
 }
 
+/// Why a submission is refused while the provider is down.
+std::string down_message(const supervisor_state& st) {
+  if (!st.given_up || !st.restart_provider)
+    return "the provider is down";
+  auto s = std::chrono::duration_cast<std::chrono::seconds>(st.give_up_cooldown)
+             .count();
+  return "the provider is down: given up after " +
+         std::to_string(st.max_restart_failures) +
+         " restarts without a verification coming through; submissions are "
+         "taken again " +
+         std::to_string(s) + " s after";
+}
+
 /// Sandboxes this supervisor still has to see stopped: orphans waiting or
 /// being stopped, verifications holding a sandbox (or a late create).
 bool owns_sandboxes(const supervisor_state& st) {
@@ -435,13 +450,14 @@ bool owns_sandboxes(const supervisor_state& st) {
 void give_up(self_ptr self) {
   auto& st = self->state;
   st.given_up = true;
+  st.given_up_at = self->clock().now();
   auto queued = std::move(st.queue);
   st.queue.clear();
   for (auto& q : queued)
     deliver(self, q.promise,
             rejection(q.req.id, failure_kind::provider_unavailable,
                       verification_state::queue, failure_cause::node_down,
-                      "the provider is down"));
+                      down_message(st)));
 }
 
 /// No provider will come again, not even for stops: what is still owned
@@ -628,6 +644,28 @@ void on_provider_down(self_ptr self, const caf::error& reason) {
   schedule_restart(self);
 }
 
+/// A given-up provider whose cool-down is over takes work again, on
+/// probation: one more restart without progress gives it up again (a
+/// restart starts now when none is up or coming).
+void try_again(self_ptr self) {
+  auto& st = self->state;
+  if (!st.restart_provider ||
+      self->clock().now() - st.given_up_at < st.give_up_cooldown)
+    return;
+  spdlog::warn(
+    "taking work again {} s after giving up on the provider",
+    std::chrono::duration_cast<std::chrono::seconds>(st.give_up_cooldown)
+      .count());
+  st.given_up = false;
+  st.abandoned = false;
+  st.consecutive_restarts =
+    st.max_restart_failures > 0 ? st.max_restart_failures - 1 : 0;
+  if (!st.provider_alive && !st.restarting) {
+    st.restarting = true;
+    run_restart(self);
+  }
+}
+
 caf::result<verification_outcome> admit(self_ptr self,
                                         verification_request& req) {
   auto& st = self->state;
@@ -638,11 +676,13 @@ caf::result<verification_outcome> admit(self_ptr self,
                      verification_state::validate,
                      failure_cause::invalid_request, std::move(err));
   }
+  if (st.given_up)
+    try_again(self);
   if (st.given_up || (!st.provider_alive && !st.restarting)) {
     ++st.stats.failed;
     return rejection(std::move(req.id), failure_kind::provider_unavailable,
                      verification_state::queue, failure_cause::node_down,
-                     "the provider is down");
+                     down_message(st));
   }
   // Making a promise marks the request as answered: a rejection must be
   // returned before one exists.
@@ -874,6 +914,7 @@ supervisor(self_ptr self, provider_actor provider, supervisor_config cfg) {
   st.backoff_min = cfg.restart_backoff_min;
   st.backoff_max = std::max(cfg.restart_backoff_max, cfg.restart_backoff_min);
   st.max_restart_failures = cfg.max_restart_failures;
+  st.give_up_cooldown = cfg.give_up_cooldown;
   st.restart_timeout = cfg.restart_timeout;
   st.retry = cfg.retry;
   st.budget = retry_budget{cfg.retry};

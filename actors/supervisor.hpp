@@ -78,6 +78,11 @@ struct supervisor_config {
   /// progress then) while sandboxes are owned, to stop them; only then is
   /// what is left to its TTL.
   uint32_t max_restart_failures = 8;
+  /// How long a given-up provider refuses work. After it, the next
+  /// submission is taken again on probation: the provider (restarted if
+  /// none is up) gets one more restart without progress before it is given
+  /// up again; a verification that comes through ends the probation.
+  std::chrono::nanoseconds give_up_cooldown = std::chrono::seconds(60);
   /// How long one call of `restart_provider` may take.
   std::chrono::nanoseconds restart_timeout = std::chrono::seconds(120);
   /// Retries of infrastructure failures after create (actors/retry.hpp);

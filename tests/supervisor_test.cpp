@@ -259,6 +259,52 @@ TEST_CASE_METHOD(burst_fixture,
 }
 
 TEST_CASE_METHOD(burst_fixture,
+                 "a given-up provider takes work again after the cool-down, "
+                 "on probation") {
+  // Issue 19 (review): once given up, the supervisor refused all work for
+  // good, even when a later restart would have come up healthy.
+  supervisor_config cfg;
+  cfg.max_in_flight = 1;
+  int calls = 0;
+  cfg.restart_provider = [this, &calls](caf::actor_system& sys) {
+    // The first eight replacements die at once; then it is healthy.
+    auto script = ++calls <= 8 ? crash_on_first_create() : scripted_script{};
+    auto hdl = spawn_scripted_provider(sys, std::move(script), ledger);
+    spawned.push_back(caf::actor_cast<caf::actor>(hdl));
+    return hdl;
+  };
+  start(crash_on_first_create(), cfg);
+  submit_many("r", 20); // given up at 11.3 s (see above)
+  run_for(20s);
+  collect();
+  check_exactly_once(20);
+  CHECK(calls == 8);
+  // Given up: refused at once, saying why and until when.
+  submit(make_request("refused"));
+  auto refused = reply_now();
+  check_failure(refused, failure_kind::provider_unavailable,
+                verification_state::queue, failure_cause::node_down);
+  CHECK(refused.failure.message.find("given up after 8 restarts") !=
+        std::string::npos);
+  CHECK(refused.failure.message.find("taken again 60 s after") !=
+        std::string::npos);
+  run_for(52s); // 60 s after the give-up
+  submit(make_request("again"));
+  run();
+  auto again = take<verification_outcome>();
+  REQUIRE(again);
+  CHECK(again->id == "again");
+  CHECK(again->ok);
+  CHECK(calls == 9);
+  // Came through: healthy again, not on probation.
+  submit(make_request("next"));
+  run();
+  auto next = take<verification_outcome>();
+  REQUIRE(next);
+  CHECK(next->ok);
+}
+
+TEST_CASE_METHOD(burst_fixture,
                  "a healthy verification resets the restart backoff") {
   supervisor_config cfg;
   cfg.max_in_flight = 1;
