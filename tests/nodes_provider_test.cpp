@@ -719,19 +719,95 @@ TEST_CASE_METHOD(identity_fixture,
   // grade identity, not only the nodes block's settings.
   start_with({json{{"name", "local"}, {"interpreter", "3.11"}},
               json{{"name", "local"}, {"interpreter", "3.11"}}});
+  // Asked for the default name when they came up, before any question.
+  CHECK(asked == std::vector<int>{1, 1});
   auto same = identity("python3");
   REQUIRE(std::holds_alternative<json>(same));
   CHECK(std::get<json>(same) ==
         json::array({json{
           {"name", "local"}, {"interpreter", "3.11"}, {"python", "python3"}}}));
-  CHECK(asked == std::vector<int>{1, 1});
   // Asked once per name while a node stays up.
   identity("python3");
   CHECK(asked == std::vector<int>{1, 1});
+  // A new name: no waiting for the nodes (no key this time), they are
+  // asked, and the next question has the answer.
+  auto first = identity("pypy");
+  REQUIRE(std::holds_alternative<caf::error>(first));
+  CHECK(describe(std::get<caf::error>(first))
+          .find("has not said yet what it grades with") != std::string::npos);
+  CHECK(asked == std::vector<int>{2, 2});
   auto other = identity("pypy");
   REQUIRE(std::holds_alternative<json>(other));
   CHECK(std::get<json>(other)[0]["python"] == "pypy");
   CHECK(asked == std::vector<int>{2, 2});
+  // A node back after a loss is asked again, for every name known.
+  caf::anon_send_exit(nodes[1], caf::exit_reason::kill);
+  run();
+  CHECK(std::holds_alternative<json>(identity("pypy")));
+}
+
+namespace {
+
+/// A node of an older version: it says its capacity and drops a grade
+/// identity question unanswered.
+caf::behavior silent_node(caf::event_based_actor* self) {
+  self->set_default_handler(caf::skip);
+  return {
+    [](node_info_atom) { return std::make_tuple(uint32_t{4}, uint32_t{0}); },
+  };
+}
+
+} // namespace
+
+TEST_CASE_METHOD(identity_fixture,
+                 "a node that never says what it grades with blocks no "
+                 "question: failed at once, remembered after the timeout",
+                 "[nodes]") {
+  // Issue 19 (review): the question waited up to 35 s for every node, and
+  // only successes were kept, so one silent node stalled each submission.
+  backends.push_back(
+    prepare_provider(parse_provider_block(json{{"scripted", json::object()}})));
+  auto inner = keep(backends.back()->spawn(sys));
+  nodes.push_back(keep(
+    spawn_node_actor(sys, inner, node_limits{}, [](const std::string& python) {
+      return json{{"python", python}};
+    })));
+  nodes.push_back(caf::actor_cast<node_actor>(keep(sys.spawn(silent_node))));
+  nodes_settings settings;
+  settings.endpoints = {"n0:1", "n1:1"};
+  provider = keep(spawn_nodes_provider(sys, settings, nodes));
+  run();
+  // No simulated time passes: answered at once, without a key.
+  auto now_err = identity("python3");
+  REQUIRE(std::holds_alternative<caf::error>(now_err));
+  CHECK(describe(std::get<caf::error>(now_err))
+          .find("node n1:1 has not said yet") != std::string::npos);
+  run_for(std::chrono::seconds{10});
+  auto later = identity("python3");
+  REQUIRE(std::holds_alternative<caf::error>(later));
+  CHECK(describe(std::get<caf::error>(later))
+          .find("node n1:1 did not say what it grades with") !=
+        std::string::npos);
+}
+
+TEST_CASE_METHOD(identity_fixture,
+                 "beyond 16 interpreter names there is no key, and no node is "
+                 "dropped from it",
+                 "[nodes]") {
+  // Issue 19 (review): a node that kept 16 names left the 17th's key
+  // without it (`[]` with one node), a key shared by other nodes' grades.
+  start_with({json{{"interpreter", "3.11"}}});
+  for (int i = 1; i < 16; ++i) {
+    identity("py" + std::to_string(i));
+    REQUIRE(std::holds_alternative<json>(identity("py" + std::to_string(i))));
+  }
+  auto err = identity("py16");
+  REQUIRE(std::holds_alternative<caf::error>(err));
+  CHECK(describe(std::get<caf::error>(err)).find("16 interpreter names") !=
+        std::string::npos);
+  CHECK(asked == std::vector<int>{16});
+  // The names known keep their key.
+  CHECK(std::get<json>(identity("python3")).size() == 1);
 }
 
 TEST_CASE_METHOD(identity_fixture,

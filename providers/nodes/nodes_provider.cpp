@@ -108,6 +108,13 @@ caf::error forged_reply(const std::string& endpoint) {
                       " did not come from it (dropped)");
 }
 
+/// A node's answer to `(grade_identity, python)`: being asked, the JSON
+/// text it said, or why it did not say (remembered until it reconnects).
+struct identity_answer {
+  enum { asking, known, failed } status = asking;
+  std::string text;
+};
+
 struct node_slot {
   std::string endpoint;
   std::string host;
@@ -140,10 +147,10 @@ struct node_slot {
   uint64_t call_failures = 0;
   std::vector<double> lifetimes_ms;
   std::map<uint64_t, fail_fn> pending;
-  /// What the node said it grades with, by interpreter name (JSON text),
-  /// since it came up: asked again after a loss (it may have been
-  /// reconfigured).
-  std::map<std::string, std::string> identities;
+  /// What the node said it grades with, by interpreter name, since it
+  /// came up: asked when it comes up (and again after a loss: it may have
+  /// been reconfigured), never while a submission waits.
+  std::map<std::string, identity_answer> identities;
 };
 
 /// Slots of `n` in use, ours and other fronts'.
@@ -176,14 +183,25 @@ struct nodes_state {
   /// `nodes_capacity` waiters by token, each answered once: when a node
   /// is up, at its timer, or when the provider exits.
   waiters<uint64_t> capacity_waiters;
+  /// Interpreter names the front was asked about (the default first):
+  /// every node is asked for each when it comes up. Bounded.
+  std::vector<std::string> identity_names{verification_config{}.python};
   static inline const char* name = "sv.nodes_provider";
 
-  /// The summed capacity of the nodes up.
+  /// The summed capacity of the nodes up that have said (or failed to
+  /// say) what they grade with under the default interpreter name: a
+  /// start that waits for capacity has cache keys from its first
+  /// submission on.
   uint64_t capacity_up() const {
     uint64_t total = 0;
-    for (auto& n : nodes)
-      if (n.up)
+    for (auto& n : nodes) {
+      if (!n.up)
+        continue;
+      auto i = n.identities.find(identity_names.front());
+      if (i == n.identities.end() ||
+          i->second.status != identity_answer::asking)
         total += n.capacity;
+    }
     return total;
   }
 
@@ -221,102 +239,115 @@ void answer_capacity_waiters(self_ptr self) {
 }
 
 /// How long a node may take to say what it grades with (its backend may
-/// run the interpreter once).
-constexpr auto identity_timeout = std::chrono::seconds{30};
+/// run the interpreter once). Short: nobody waits for it, but a node that
+/// drops the question (an older version) is known as failed sooner.
+constexpr auto identity_timeout = std::chrono::seconds{10};
 
-/// Interpreter names whose identities a node slot keeps.
-constexpr size_t max_identities_per_node = 16;
+/// Interpreter names the front keeps identities for.
+constexpr size_t max_identity_names = 16;
 
-/// Answers `(grade_identity, python)`: what every node up grades with, as
-/// the JSON text of a sorted array of their distinct identities (nodes
-/// that differ are all in it: a grade may come from any of them). Each
-/// node is asked once per name while it stays up; a failure of any, or no
-/// node up, fails the question (the cache then stores nothing).
+/// Asks node `idx` what it grades with under `python`, unless asked since
+/// it came up; the answer (or failure) lands in its slot.
+void ask_identity(self_ptr self, size_t idx, const std::string& python) {
+  auto& node = self->state.nodes[idx];
+  if (!node.up || node.identities.count(python) > 0)
+    return;
+  node.identities[python] = identity_answer{};
+  auto asked = node.hdl;
+  auto gen = node.gen;
+  auto settle = [self, idx, gen, python](identity_answer answer) {
+    auto& n = self->state.nodes[idx];
+    if (n.gen != gen || !n.up)
+      return; // lost since: asked again when it is back
+    if (answer.status == identity_answer::failed)
+      spdlog::warn("node {} did not say what it grades with under {}: {}",
+                   n.endpoint, python, answer.text);
+    n.identities[python] = std::move(answer);
+    answer_capacity_waiters(self);
+  };
+  self->request(asked, identity_timeout, grade_identity_atom::value, python)
+    .then(
+      [=](std::string& text) {
+        auto& n = self->state.nodes[idx];
+        if (!from_asked(self, asked)) {
+          settle({identity_answer::failed, describe(forged_reply(n.endpoint))});
+          return;
+        }
+        json parsed;
+        if (auto err = parse_bounded(text, parsed);
+            !err.empty() || !parsed.is_object()) {
+          settle({identity_answer::failed,
+                  "it answered its grade identity with no JSON object"});
+          return;
+        }
+        settle({identity_answer::known, parsed.dump()});
+      },
+      [=](caf::error& err) {
+        auto& n = self->state.nodes[idx];
+        if (!error_from_asked(self, asked)) {
+          settle({identity_answer::failed, describe(forged_reply(n.endpoint))});
+          return;
+        }
+        settle({identity_answer::failed, describe(err)});
+      });
+}
+
+/// A node came up: it is asked for every name the front knows.
+void ask_identities(self_ptr self, size_t idx) {
+  auto names = self->state.identity_names;
+  for (auto& python : names)
+    ask_identity(self, idx, python);
+}
+
+/// Answers `(grade_identity, python)` at once from the node table: what
+/// every node up grades with, as the JSON text of a sorted array of their
+/// distinct identities (nodes that differ are all in it: a grade may come
+/// from any of them). A node that has not answered yet (asked now, if it
+/// never was), one that failed to, no node up, or a name beyond the
+/// bound fails the question: the cache then grades without storing.
 caf::result<std::string> grade_identities(self_ptr self,
                                           const std::string& python) {
   auto& st = self->state;
-  std::vector<size_t> ask;
+  auto& names = st.identity_names;
+  if (std::find(names.begin(), names.end(), python) == names.end()) {
+    if (names.size() >= max_identity_names)
+      return make_error(provider_errc::unavailable,
+                        "the nodes front keeps grade identities for " +
+                          std::to_string(max_identity_names) +
+                          " interpreter names; no key for another (python " +
+                          python + ")");
+    names.push_back(python);
+  }
   bool any = false;
+  std::string missing;
+  std::set<std::string> distinct;
   for (size_t idx = 0; idx < st.nodes.size(); ++idx) {
     auto& n = st.nodes[idx];
     if (!n.up)
       continue;
     any = true;
-    if (n.identities.count(python) == 0)
-      ask.push_back(idx);
+    ask_identity(self, idx, python);
+    auto& answer = n.identities[python];
+    if (answer.status == identity_answer::failed)
+      return make_error(provider_errc::unavailable,
+                        "node " + n.endpoint +
+                          " did not say what it grades with: " + answer.text);
+    if (answer.status == identity_answer::asking)
+      missing = n.endpoint;
+    else
+      distinct.insert(answer.text);
   }
   if (!any)
     return make_error(provider_errc::unavailable,
                       "no node is up to say what it grades with");
-  auto combine = [self, python] {
-    std::set<std::string> distinct;
-    for (auto& n : self->state.nodes)
-      if (n.up)
-        if (auto i = n.identities.find(python); i != n.identities.end())
-          distinct.insert(i->second);
-    auto out = json::array();
-    for (auto& text : distinct)
-      out.push_back(json::parse(text));
-    return out.dump();
-  };
-  if (ask.empty())
-    return combine();
-  struct pending_question {
-    caf::typed_response_promise<std::string> rp;
-    size_t left = 0;
-    bool done = false;
-  };
-  auto q = std::make_shared<pending_question>();
-  q->rp = self->make_response_promise<std::string>();
-  q->left = ask.size();
-  auto fail = [q](caf::error err) {
-    if (!q->done) {
-      q->done = true;
-      q->rp.deliver(std::move(err));
-    }
-  };
-  for (auto idx : ask) {
-    auto& node = st.nodes[idx];
-    auto asked = node.hdl;
-    auto gen = node.gen;
-    self->request(asked, identity_timeout, grade_identity_atom::value, python)
-      .then(
-        [=](std::string& text) {
-          auto& n = self->state.nodes[idx];
-          if (!from_asked(self, asked)) {
-            fail(forged_reply(n.endpoint));
-            return;
-          }
-          json parsed;
-          if (auto err = parse_bounded(text, parsed);
-              !err.empty() || !parsed.is_object()) {
-            fail(make_error(provider_errc::unavailable,
-                            "node " + n.endpoint +
-                              " answered its grade identity with no JSON "
-                              "object"));
-            return;
-          }
-          if (n.gen == gen && n.up &&
-              n.identities.size() < max_identities_per_node)
-            n.identities[python] = parsed.dump();
-          if (--q->left == 0 && !q->done) {
-            q->done = true;
-            q->rp.deliver(combine());
-          }
-        },
-        [=](caf::error& err) {
-          auto& n = self->state.nodes[idx];
-          if (!error_from_asked(self, asked)) {
-            fail(forged_reply(n.endpoint));
-            return;
-          }
-          fail(
-            make_error(provider_errc::unavailable,
-                       "node " + n.endpoint +
-                         " did not say what it grades with: " + describe(err)));
-        });
-  }
-  return q->rp;
+  if (!missing.empty())
+    return make_error(provider_errc::unavailable,
+                      "node " + missing +
+                        " has not said yet what it grades with");
+  auto out = json::array();
+  for (auto& text : distinct)
+    out.push_back(json::parse(text));
+  return out.dump();
 }
 
 /// The BASP gate (transport/basp_gate.hpp): connects and publishes like
@@ -472,6 +503,7 @@ void connect(self_ptr self, size_t idx) {
           node.last_error.clear();
           self->monitor(hdl);
           spdlog::info("node {} up, capacity {}", node.endpoint, capacity);
+          ask_identities(self, idx);
           dispatch(self);
           answer_capacity_waiters(self);
         },
@@ -1015,10 +1047,13 @@ public:
 
   // What grades here is what the nodes run: the nodes block's settings and
   // every node's own identity (asked by the provider over the
-  // authenticated connections, kept while a node stays up). Blocks the
-  // caller's thread, never a scheduler thread.
-  // Called once per submission by a cache front: an answer is reused for
-  // a second (a node lost or joined since changes the key after that).
+  // authenticated connections when a node comes up, kept while it stays
+  // up). The provider answers from its node table at once, never waiting
+  // for a node: the caller's thread waits for one mailbox round trip only.
+  // A node that has not answered (or failed to) fails it: graded, not
+  // stored. Called once per submission by a cache front: an answer is
+  // reused for a second (a node lost or joined since changes the key
+  // after that).
   json grade_identity(const verification_config& c) const override {
     caf::actor_system* sys = nullptr;
     caf::actor provider;
@@ -1038,8 +1073,8 @@ public:
     std::string text;
     std::string failure;
     self
-      ->request(provider, identity_timeout + std::chrono::seconds{5},
-                grade_identity_atom::value, c.python)
+      ->request(provider, std::chrono::seconds{2}, grade_identity_atom::value,
+                c.python)
       .receive([&](std::string& answer) { text = std::move(answer); },
                [&](caf::error& err) { failure = describe(err); });
     if (!failure.empty())
