@@ -204,12 +204,14 @@ void shut_down_local_registry(local_registry& registry);
 
 /// What decides the grade of a command `python` (a submission's
 /// `config.python`) on `registry`'s sandboxes, for the result cache's key:
-/// the provider's interpreter (its real path, size, mtime, inode and
-/// `sys.version`, found when the registry was made) for the name it maps
-/// (`python`, `python3` and its `python` setting); for any other name, the
-/// program that name finds on the sandboxes' PATH (or its absolute path):
-/// real path, size, mtime and inode. Stats files: call it off the
-/// scheduler threads.
+/// the provider's interpreter (a sha256 digest of its real path, size,
+/// mtime, inode, device and `sys.version`, found when the registry was
+/// made, and the version) for the name it maps (`python`, `python3` and its
+/// `python` setting); for any other name, a digest of the same of the
+/// program that name finds on the sandboxes' PATH. An absolute path is
+/// looked at only in the directories of that PATH (resolved, it must stay
+/// there); any other path throws (no cache key). No raw host file metadata
+/// is ever returned. Stats files: call it off the scheduler threads.
 json local_interpreter_identity(const local_registry& registry,
                                 const std::string& python);
 

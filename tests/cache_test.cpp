@@ -214,7 +214,11 @@ TEST_CASE("a local backend's grade identity: its isolation and limits and "
   auto a = local_backend(tmp, "r1", settings);
   auto id = identity_of(*a, "python3");
   CHECK(id["name"] == "local");
-  CHECK(id["interpreter"]["path"] == real);
+  // A digest of the interpreter's file, never its path or metadata.
+  CHECK(id["interpreter"]["digest"].get<std::string>().rfind("sha256:", 0) ==
+        0);
+  CHECK(!id["interpreter"].contains("path"));
+  CHECK(id.dump().find(real) == std::string::npos);
   CHECK(id["interpreter"]["version"].get<std::string>().rfind("3.", 0) == 0);
   CHECK(id == identity_of(*a, "python"));
   CHECK(id == identity_of(*a, link)); // its own setting's name
@@ -245,16 +249,47 @@ TEST_CASE("a local backend's grade identity: its isolation and limits and "
   fs::create_symlink(copy, link);
   auto d = local_backend(tmp, "r4", settings);
   auto id_d = identity_of(*d, "python3");
-  CHECK(id_d["interpreter"]["path"] == copy);
+  CHECK(id_d["interpreter"]["digest"] != id["interpreter"]["digest"]);
   CHECK(id_d["settings"] == id["settings"]);
   CHECK(key_of(base_request(), id_d) != key_of(base_request(), id));
   // A name the provider does not map: the program it finds, by file.
-  auto other = identity_of(*d, real);
-  CHECK(other["interpreter"]["path"] == real);
-  CHECK(!other["interpreter"].contains("version"));
+  if (real.rfind("/usr/bin/", 0) == 0 || real.rfind("/bin/", 0) == 0 ||
+      real.rfind("/usr/local/bin/", 0) == 0) {
+    auto other = identity_of(*d, real);
+    CHECK(other["interpreter"].contains("digest"));
+    CHECK(!other["interpreter"].contains("path"));
+    CHECK(!other["interpreter"].contains("version"));
+    CHECK(other["interpreter"]["digest"] != id_d["interpreter"]["digest"]);
+  }
   a->shut_down();
   b->shut_down();
   c->shut_down();
+  d->shut_down();
+}
+
+TEST_CASE("a caller's interpreter path is no host path oracle: outside the "
+          "sandbox's PATH there is no identity") {
+  // Issue 19 (review): any path a client gave as `python` was resolved and
+  // stat'ed as root, and its real path, size, mtime and inode returned
+  // (GET /v1/identity, and across nodes).
+  temp_dir tmp;
+  auto d = local_backend(tmp, "r", json{{"python", SV_PYTHON}});
+  auto secret = tmp.file("secret");
+  std::ofstream{secret} << "x";
+  for (auto& path : {secret, std::string{"/etc/shadow"},
+                     std::string{"/usr/bin/../../etc/shadow"},
+                     std::string{"/root/.pyenv/versions/3.11.9/bin/python"},
+                     std::string{"/usr/bin/no/such"}}) {
+    INFO(path);
+    CHECK_THROWS_WITH(identity_of(*d, path),
+                      Catch::Contains("only in the sandbox's PATH"));
+  }
+  // In the sandbox's PATH: a digest; one that is not there says so.
+  auto sh = identity_of(*d, "/bin/sh");
+  CHECK(sh["interpreter"].contains("digest"));
+  CHECK(sh["interpreter"].size() == 1);
+  CHECK(identity_of(*d, "/usr/bin/sv-no-such-program")["interpreter"].size() ==
+        1);
   d->shut_down();
 }
 

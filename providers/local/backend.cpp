@@ -54,6 +54,8 @@ public:
     {
       std::lock_guard<std::mutex> guard{mtx_};
       auto i = interpreters_.find(cfg.python);
+      if (i == interpreters_.end() && interpreters_.size() >= max_names)
+        interpreters_.clear(); // bounded: names are the callers' choice
       if (i == interpreters_.end())
         i = interpreters_
               .emplace(cfg.python,
@@ -91,6 +93,7 @@ private:
   json identity_;
   mutable std::mutex mtx_;
   mutable std::map<std::string, json> interpreters_;
+  static constexpr size_t max_names = 64;
 };
 
 } // namespace

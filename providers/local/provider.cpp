@@ -24,6 +24,7 @@
 #include "providers/local/sandbox/launch_plan.hpp"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <caf/actor.hpp>
 #include <caf/actor_cast.hpp>
@@ -40,6 +41,7 @@
 #include <list>
 #include <memory>
 #include <mutex>
+#include <openssl/evp.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <thread>
@@ -535,17 +537,82 @@ void shut_down_local_registry(local_registry& registry) {
   registry.shutdown();
 }
 
+namespace {
+
+/// An opaque digest of what identifies an interpreter (real path, size,
+/// mtime, inode, device, version): it changes when any of them does and
+/// gives none of them back to whoever asked for a cache key.
+json digest_identity(const json& raw) {
+  auto text = raw.dump();
+  std::array<unsigned char, EVP_MAX_MD_SIZE> md{};
+  unsigned int len = 0;
+  if (EVP_Digest(text.data(), text.size(), md.data(), &len, EVP_sha256(),
+                 nullptr) != 1)
+    throw std::runtime_error("local provider: sha256 failed");
+  static constexpr char hex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned int i = 0; i < len; ++i) {
+    out += hex[md[i] >> 4];
+    out += hex[md[i] & 15];
+  }
+  return json{{"digest", "sha256:" + out}};
+}
+
+/// Whether `path` (absolute, normal) lies in a directory of the sandbox's
+/// PATH.
+bool on_sandbox_path(const std::string& path) {
+  std::string dirs = detail::sandbox_path;
+  size_t from = 0;
+  while (from <= dirs.size()) {
+    auto to = dirs.find(':', from);
+    if (to == std::string::npos)
+      to = dirs.size();
+    auto dir = dirs.substr(from, to - from) + "/";
+    if (path.size() > dir.size() && path.compare(0, dir.size(), dir) == 0 &&
+        path.find('/', dir.size()) == std::string::npos)
+      return true;
+    from = to + 1;
+  }
+  return false;
+}
+
+} // namespace
+
 json local_interpreter_identity(const local_registry& registry,
                                 const std::string& python) {
   if (python == registry.python_name() || python == "python3" ||
-      python == "python")
-    return registry.interpreter();
-  auto path = python.find('/') != std::string::npos
-                ? python
-                : detail::find_program(python, detail::sandbox_path);
-  if (path.empty())
-    return json{{"name", python}, {"missing", "not on the sandbox's PATH"}};
-  return file_identity(path);
+      python == "python") {
+    auto& own = registry.interpreter();
+    auto out = digest_identity(own);
+    if (auto v = own.find("version"); v != own.end())
+      out["version"] = *v;
+    return out;
+  }
+  if (python.find('/') == std::string::npos) {
+    auto path = detail::find_program(python, detail::sandbox_path);
+    if (path.empty())
+      return json{{"name", python}, {"missing", "not on the sandbox's PATH"}};
+    return digest_identity(file_identity(path));
+  }
+  // A path the caller chose: looked at (as root) only in the directories
+  // of the sandbox's PATH, never elsewhere on the host, and it must stay
+  // there once resolved. Anything else has no identity: no cache key.
+  auto refuse = [&python] {
+    return std::runtime_error(
+      "python \"" + python.substr(0, 256) +
+      "\": an interpreter path is identified (for a cache key) only in the "
+      "sandbox's PATH (" +
+      std::string{detail::sandbox_path} +
+      ") or as the provider's own python; graded without a key");
+  };
+  auto normal = std::filesystem::path(python).lexically_normal().string();
+  if (python.front() != '/' || !on_sandbox_path(normal))
+    throw refuse();
+  auto raw = file_identity(normal);
+  if (!raw.contains("missing") &&
+      !on_sandbox_path(raw.value("path", std::string{})))
+    throw refuse();
+  return digest_identity(raw);
 }
 
 std::string local_image_digest(const local_registry& registry,
