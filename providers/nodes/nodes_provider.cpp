@@ -29,6 +29,7 @@
 #include <mutex>
 #include <set>
 #include <spdlog/spdlog.h>
+#include <thread>
 
 namespace sv {
 
@@ -1072,11 +1073,23 @@ public:
     caf::scoped_actor self{*sys};
     std::string text;
     std::string failure;
-    self
-      ->request(provider, std::chrono::seconds{2}, grade_identity_atom::value,
-                c.python)
-      .receive([&](std::string& answer) { text = std::move(answer); },
-               [&](caf::error& err) { failure = describe(err); });
+    // A name new to the nodes is asked by the first question: its answers
+    // are waited for a little (a node's round trip), never longer than
+    // `first_answer_wait`; a node that failed to answer is not waited for.
+    auto until = std::chrono::steady_clock::now() + first_answer_wait;
+    for (;;) {
+      text.clear();
+      failure.clear();
+      self
+        ->request(provider, std::chrono::seconds{2}, grade_identity_atom::value,
+                  c.python)
+        .receive([&](std::string& answer) { text = std::move(answer); },
+                 [&](caf::error& err) { failure = describe(err); });
+      if (failure.find("has not said yet") == std::string::npos ||
+          std::chrono::steady_clock::now() >= until)
+        break;
+      std::this_thread::sleep_for(std::chrono::milliseconds{20});
+    }
     if (!failure.empty())
       throw std::runtime_error("nodes provider: " + failure);
     auto out = identity_;
@@ -1141,6 +1154,7 @@ private:
   mutable caf::actor_system* sys_ = nullptr;
   mutable caf::weak_actor_ptr provider_;
   static constexpr auto reuse_for = std::chrono::seconds{1};
+  static constexpr auto first_answer_wait = std::chrono::milliseconds{500};
   /// The last answer per python name, and when it was asked.
   mutable std::map<std::string,
                    std::pair<std::chrono::steady_clock::time_point, json>>
