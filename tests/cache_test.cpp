@@ -387,8 +387,11 @@ struct front_rig {
 
   explicit front_rig(bool with_check = true) {
     auto graded_ = graded;
+    // One argument: CAF 0.17's init_fun_factory dereferences a null argument
+    // tuple for a function actor spawned with none (UBSan reports it).
     supervisor = sys.spawn(
-      [graded_](supervisor_actor::pointer) -> supervisor_actor::behavior_type {
+      [graded_](supervisor_actor::pointer,
+                int) -> supervisor_actor::behavior_type {
         return {
           [=](verify_atom, verification_request& req) {
             ++*graded_;
@@ -401,7 +404,8 @@ struct front_rig {
           [](stats_atom) { return supervisor_stats{}; },
           [](cancel_atom, std::string&) {},
         };
-      });
+      },
+      0);
     auto m = mtx;
     auto d = digest;
     auto s = still;
