@@ -12,6 +12,8 @@ alternating (A B A B ...), and the table shows medians and ratios.
       (isolation none, and bwrap with --bwrap) and py_baseline.py
       --provider local, at concurrency 2 and 4; plus sv-grade's
       orchestration overhead (total - exec) p50/p99 at concurrency 4.
+      --warm-python adds sv-grade (bwrap) with `warm_python` on;
+      --no-peer leaves the asyncio peer out.
       --baseline adds another sv-grade binary (a copy of an earlier build:
       "before") in the same alternation, each mode; the load column is the
       median 1-minute load average at the start of each program's runs.
@@ -162,11 +164,16 @@ def humaneval(args):
                                  lambda c=conc, m=m: ours(c, m,
                                                           args.baseline)))
             programs.append((f"sv-grade ({m})", lambda c=conc, m=m: ours(c, m)))
+            if args.warm_python and m == "bwrap":
+                programs.append((f"sv-grade ({m}, warm_python)",
+                                 lambda c=conc, m=m:
+                                 ours(c, m, extra={"warm_python": True})))
             for w in args.warm_pool or []:
                 programs.append((f"sv-grade ({m}, warm_pool {w})",
                                  lambda c=conc, m=m, w=w:
                                  ours(c, m, extra={"warm_pool": w})))
-        programs += [("py asyncio peer", lambda c=conc: peer(c))]
+        if not args.no_peer:
+            programs += [("py asyncio peer", lambda c=conc: peer(c))]
         samples = {name: [] for name, _ in programs}
         for _ in range(args.rounds):
             for name, run in programs:
@@ -214,6 +221,10 @@ def main():
     ap.add_argument("--warm-pool", type=int, action="append", metavar="N",
                     help="humaneval: also sv-grade with this warm_pool "
                          "(repeatable)")
+    ap.add_argument("--warm-python", action="store_true",
+                    help="humaneval: also sv-grade (bwrap) with warm_python")
+    ap.add_argument("--no-peer", action="store_true",
+                    help="humaneval: leave out the asyncio peer")
     ap.add_argument("--concurrency", type=int, action="append",
                     help="humaneval: only these concurrencies (default 2, 4)")
     ap.add_argument("--no-none", action="store_true",

@@ -118,6 +118,16 @@ struct local_provider_config {
   /// embedders and tests that want a pool that does not drain while they
   /// wait on a busy machine.
   std::chrono::milliseconds warm_pool_tick{250};
+  /// A warm interpreter in each pooled sandbox: the configured python
+  /// started inside it (bwrap as root: its namespaces, cgroups, uid, limits
+  /// and seccomp filter, the command a cold exec would run) before a
+  /// submission arrives, blocked reading its instructions; the sandbox's
+  /// first python exec that matches how it was started (the interpreter,
+  /// the whole environment, the workdir, the limits; no image, no user
+  /// site in the workdir) hands it its cwd and argv and it runs the script
+  /// as `python script args` would. One exec or none; anything else runs
+  /// cold. docs/isolation.md, "Warm interpreter".
+  bool warm_python = false;
 
   // -- failed stops ----------------------------------------------------------
 

@@ -60,7 +60,7 @@ TEST_CASE("local provider settings are strict") {
     "default_memory_mib, default_disk_mib, max_memory_mib, max_disk_mib, "
     "max_cpu, sandbox_nice, uid_base, "
     "uid_count, cgroup_parent, allow_user_namespaces, stop_attempts, "
-    "stop_retry_ms, warm_pool, warm_pool_start, image_store, "
+    "stop_retry_ms, warm_pool, warm_pool_start, warm_python, image_store, "
     "image_store_max_mib, insecure_registries, image_dirs, image_tag_ttl_s)");
   auto images = parse_local_provider_config(
     json{{"image_store", "/var/lib/sv/images"},
@@ -221,6 +221,13 @@ TEST_CASE("warm_pool_start is a boolean, true by default") {
            .warm_pool_start);
   CHECK_THROWS_WITH(parse_local_provider_config(json{{"warm_pool_start", 1}}),
                     "warm_pool_start: expected a boolean, got number");
+}
+
+TEST_CASE("warm_python is a boolean, false by default") {
+  CHECK(!parse_local_provider_config(json::object()).warm_python);
+  CHECK(parse_local_provider_config(json{{"warm_python", true}}).warm_python);
+  CHECK_THROWS_WITH(parse_local_provider_config(json{{"warm_python", "yes"}}),
+                    "warm_python: expected a boolean, got string");
 }
 
 TEST_CASE("warm_pool is a count from 0 (off) to 64") {

@@ -33,7 +33,7 @@ public:
           "local", settings,
           {"root", "io_threads", "stop_attempts", "stop_retry_ms",
            "cgroup_parent", "uid_base", "uid_count", "warm_pool",
-           "warm_pool_start",
+           "warm_pool_start", "warm_python",
            // Where and how images are fetched: the
            // image's digest is in the key.
            "image_store", "image_store_max_mib", "image_tag_ttl_s",

@@ -146,6 +146,7 @@ local_provider_config parse_local_provider_config(const json& settings) {
                 "stop_retry_ms",
                 "warm_pool",
                 "warm_pool_start",
+                "warm_python",
                 "image_store",
                 "image_store_max_mib",
                 "insecure_registries",
@@ -178,6 +179,12 @@ local_provider_config parse_local_provider_config(const json& settings) {
       throw json_error("warm_pool_start",
                        std::string{"expected a boolean, got "} + v.type_name());
     cfg.warm_pool_start = v.get<bool>();
+  });
+  read_field(settings, "warm_python", [&](const json& v) {
+    if (!v.is_boolean())
+      throw json_error("warm_python",
+                       std::string{"expected a boolean, got "} + v.type_name());
+    cfg.warm_python = v.get<bool>();
   });
   read_field(settings, "image_store", [&](const json& v) {
     auto paths = read_paths(json::array({v}), "image_store");

@@ -461,6 +461,7 @@ std::shared_ptr<local_registry> make_local_registry(local_provider_config cfg) {
   settings.warm_pool = cfg.warm_pool;
   settings.warm_pool_start = cfg.warm_pool_start;
   settings.warm_pool_tick = cfg.warm_pool_tick;
+  settings.warm_python = cfg.warm_python;
   settings.stop_fault = std::move(cfg.stop_fault);
   settings.ceilings.max_memory_mib = cfg.max_memory_mib;
   settings.ceilings.max_disk_mib = cfg.max_disk_mib;

@@ -152,8 +152,24 @@ struct local_registry::impl : detail::warm_pool_host {
 
   bool shutting_down() const override { return is_shutting_down; }
 
+  /// A pooled sandbox, with its warm interpreter when the setting asks for
+  /// one (started for a default spec's workdir; an exec that does not match
+  /// runs cold).
   std::shared_ptr<local_sandbox> prepare(const detail::sandbox_shape& shape,
                                          const std::string& id) override {
+    auto sb = prepare_unpooled(shape, id);
+    if (cfg.warm_python) {
+      // Named: GCC 12 warns (falsely) about the fields of a temporary.
+      sandbox_spec defaults;
+      sb->confinement.warm =
+        detail::start_warm_python(*sb, exec_cfg, defaults.workdir);
+    }
+    return sb;
+  }
+
+  /// A sandbox for a create the pool missed.
+  std::shared_ptr<local_sandbox>
+  prepare_unpooled(const detail::sandbox_shape& shape, const std::string& id) {
     return detail::prepare_local_sandbox(*cfg.isolation, root.get(), cfg.root,
                                          id, shape,
                                          asio::make_strand(pools.io()));
@@ -304,7 +320,7 @@ struct local_registry::impl : detail::warm_pool_host {
       sb = pool.take(shape);
       for (int tries = 0; !sb; ++tries) {
         try {
-          sb = prepare(shape, id);
+          sb = prepare_unpooled(shape, id);
         } catch (const std::runtime_error&) {
           // Pooled sandboxes of other shapes hold uids a create needs:
           // one of them goes, and the create tries again.

@@ -52,6 +52,8 @@ struct registry_settings {
   /// Fill the default shape's pool at start.
   bool warm_pool_start = false;
   std::chrono::milliseconds warm_pool_tick{250};
+  /// A warm interpreter in each pooled sandbox (bwrap as root only).
+  bool warm_python = false;
   std::function<caf::error(const std::string&)> stop_fault;
   /// What a spec may ask for (checked by the provider actor).
   local_ceilings ceilings;

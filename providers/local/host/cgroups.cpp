@@ -228,11 +228,11 @@ std::string sandbox_cgroups::remove() {
   return failed;
 }
 
-std::string sandbox_cgroups::check_unused() const {
+std::string sandbox_cgroups::check_unused(bool may_hold_processes) const {
   for (auto& dir : dirs_) {
     if (::access((dir + "/cgroup.procs").c_str(), R_OK) != 0)
       return "cgroup " + dir + " is gone";
-    if (!cgroup_processes(dir).empty())
+    if (!may_hold_processes && !cgroup_processes(dir).empty())
       return "cgroup " + dir + " holds a process";
   }
   return {};

@@ -77,9 +77,9 @@ public:
   /// Removes the cgroups (they must be empty). Returns what failed, or "".
   std::string remove();
 
-  /// Why the cgroups are not as made (one is gone or holds a process), or
-  /// "".
-  std::string check_unused() const;
+  /// Why the cgroups are not as made (one is gone or, unless
+  /// `may_hold_processes`, holds a process), or "".
+  std::string check_unused(bool may_hold_processes = false) const;
 
 private:
   std::vector<std::string> dirs_;

@@ -24,6 +24,7 @@ struct child_args {
   char* const* argv = nullptr;
   char* const* envp = nullptr;
   int cwd_fd = -1;
+  int stdin_fd = -1;
   int stdout_fd = -1;
   int stderr_fd = -1;
   int extra_fd = -1;
@@ -86,7 +87,8 @@ int child_main(void* p) {
   }
   if (a->nice != 0 && ::setpriority(PRIO_PROCESS, 0, a->nice) != 0)
     child_fail(a);
-  if (!place_fd(-1, 0, O_RDONLY) || !place_fd(a->stdout_fd, 1, O_WRONLY) ||
+  if (!place_fd(a->stdin_fd, 0, O_RDONLY) ||
+      !place_fd(a->stdout_fd, 1, O_WRONLY) ||
       !place_fd(a->stderr_fd, 2, O_WRONLY))
     child_fail(a);
   if (a->extra_fd >= 0 && ::dup2(a->extra_fd, 3) != 3)
@@ -160,6 +162,7 @@ pid_t spawn_process(const spawn_spec& spec, int& err, int* pidfd) {
   a.argv = argv.data();
   a.envp = spec.inherit_env ? environ : envp.data();
   a.cwd_fd = safe_fd(spec.cwd_fd, holders);
+  a.stdin_fd = safe_fd(spec.stdin_fd, holders);
   a.stdout_fd = safe_fd(spec.stdout_fd, holders);
   a.stderr_fd = safe_fd(spec.stderr_fd, holders);
   a.extra_fd = safe_fd(spec.extra_fd, holders);

@@ -25,7 +25,8 @@ struct spawn_spec {
   bool inherit_env = false;
   /// The child's working directory; -1 keeps the caller's.
   int cwd_fd = -1;
-  /// Where stdout and stderr go; -1 means /dev/null. stdin is /dev/null.
+  /// Where stdin, stdout and stderr come from and go; -1 means /dev/null.
+  int stdin_fd = -1;
   int stdout_fd = -1;
   int stderr_fd = -1;
   /// A descriptor the child gets as fd 3 (e.g. bwrap's status), or -1.

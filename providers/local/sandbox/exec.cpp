@@ -336,10 +336,41 @@ void kill_for_stop(running_exec& x) {
   x.kill_for_stop();
 }
 
+namespace {
+
+/// Hands `plan` to the sandbox's warm interpreter when it was started with
+/// what the plan would start (sandbox/warm_python.hpp). Any python exec
+/// takes the interpreter out of the sandbox, so it serves one exec or none;
+/// one that does not serve is killed and reaped here. False: run it cold.
+bool start_warm(const std::shared_ptr<local_sandbox>& sb, uint64_t id,
+                launch_plan& plan, exec_callback& done) {
+  if (!plan.warm_key_set || !sb->confinement.warm)
+    return false;
+  auto w = std::move(sb->confinement.warm);
+  if (!plan.warm_candidate || !(w->key == plan.warm_key) || !w->waiting() ||
+      !w->hand_over(plan.warm_cwd, plan.warm_argv, static_cast<bool>(plan.log)))
+    return false;
+  // With a log, its stderr joined its stdout: one pipe, as a cold start's.
+  unique_fd err = plan.log ? unique_fd{} : std::move(w->err);
+  auto pid = w->pid;
+  w->pid = -1; // the exec's now: its deadline, kill and reaping
+  plan.seccomp.reset();
+  plan.args.reset();
+  auto x = std::make_shared<running_exec>(sb, id, pid, w->pidfd.release(), plan,
+                                          std::move(done));
+  sb->execs.emplace(id, x);
+  x->arm(std::move(w->out), std::move(err), std::move(w->status));
+  return true;
+}
+
+} // namespace
+
 void start_exec(const std::shared_ptr<local_sandbox>& sb, uint64_t id,
                 launch_plan plan, exec_callback done) {
   if (!plan.error.empty())
     return done(sandbox_failure(plan.error));
+  if (start_warm(sb, id, plan, done))
+    return;
   // With a log, stdout and stderr share one pipe, interleaved as written.
   unique_fd out_rd, out_wr, err_rd, err_wr, status_rd, status_wr;
   if (!make_pipe(out_rd, out_wr) || (!plan.log && !make_pipe(err_rd, err_wr)) ||

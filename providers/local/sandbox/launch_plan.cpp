@@ -195,6 +195,27 @@ launch_plan make_launch_plan(const local_sandbox& sb, const exec_request& req,
     // bwrap, as root, follows symlinks where it mounts: the provider makes
     // every destination in a tree the sandbox controls first.
     p.error = prepare_mount_points(iso, sb);
+  if (iso.mode == isolation_mode::bwrap && iso.privileged && p.error.empty() &&
+      !sb.confinement.image && p.program == cfg.python_path) {
+    p.warm_key_set = true;
+    p.warm_key.program = p.program;
+    p.warm_key.env = p.env;
+    p.warm_key.workdir = sb.workdir;
+    p.warm_key.rlimits = p.rlimits;
+    p.warm_key.nice = p.nice;
+    // `python script args`: the interpreter's own options run cold. A
+    // user site in the workdir (HOME) would be read by a cold start only.
+    p.warm_candidate =
+      p.argv.size() >= 2 && !p.argv[1].empty() && p.argv[1].front() != '-' &&
+      ::faccessat(sb.dir.get(), ".local", F_OK, AT_SYMLINK_NOFOLLOW) != 0;
+    if (p.warm_candidate) {
+      auto dir = sb.workdir.empty() ? std::string{"/"} : sb.workdir;
+      p.warm_cwd = req.cwd.empty()          ? dir
+                   : req.cwd.front() == '/' ? req.cwd
+                                            : dir + "/" + req.cwd;
+      p.warm_argv.assign(p.argv.begin() + 1, p.argv.end());
+    }
+  }
   if (iso.mode == isolation_mode::bwrap && p.error.empty()) {
     auto argv = std::move(p.argv);
     argv.front() = p.program;

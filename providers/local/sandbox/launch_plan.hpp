@@ -6,6 +6,7 @@
 
 #include "messages/protocol.hpp"
 #include "providers/local/host/unique_fd.hpp"
+#include "providers/local/sandbox/warm_python.hpp"
 
 #include <cstdint>
 #include <memory>
@@ -62,6 +63,17 @@ struct launch_plan {
   uint64_t max_output = 0;
   /// Why the program cannot run at all.
   std::string error;
+  /// Whether it runs the provider's python under bwrap as root on the
+  /// host's view: then `warm_key` is what a warm interpreter that serves it
+  /// must have been started with (sandbox/warm_python.hpp).
+  bool warm_key_set = false;
+  warm_python_key warm_key;
+  /// Whether a warm interpreter may serve it (`python script args`): then
+  /// the cwd it is handed (as the sandbox shows it) and the argv after the
+  /// interpreter.
+  bool warm_candidate = false;
+  std::string warm_cwd;
+  std::vector<std::string> warm_argv;
 };
 
 /// Builds the plan of `req` in `sb`. Throws `fs_error` for a cwd or log path

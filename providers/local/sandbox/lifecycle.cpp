@@ -120,6 +120,8 @@ void attach_image(const isolation_settings& iso, local_sandbox& sb,
                    "image: needs sv-drop (built with the provider), which "
                    "drops to the sandbox's uid without the host's libc");
   auto& conf = sb.confinement;
+  // Started on the host's view: never the image's interpreter.
+  conf.warm.reset();
   auto name = sb.id + image_root_suffix;
   auto dir = sb.root + "/" + name;
   if (::mkdirat(sb.root_fd, name.c_str(), 0700) != 0)
@@ -212,7 +214,10 @@ std::string check_unused(const isolation_settings& iso,
       if (auto why = check_dir(fd.get(), name); !why.empty())
         return why;
     }
-  return conf.cgroups.check_unused();
+  // A warm interpreter is the one process its cgroups may hold.
+  if (conf.warm && !conf.warm->waiting())
+    return "its warm interpreter exited";
+  return conf.cgroups.check_unused(static_cast<bool>(conf.warm));
 }
 
 caf::error teardown_local_sandbox(local_sandbox& sb) {
@@ -223,6 +228,7 @@ caf::error teardown_local_sandbox(local_sandbox& sb) {
   for (auto& entry : sb.execs)
     kill_for_stop(*entry.second);
   auto& conf = sb.confinement;
+  conf.warm.reset(); // killed and reaped
   auto survivors = conf.cgroups.kill_all(false);
   if (!conf.cgroups.active()) {
     auto marker = sandbox_marker(sb.id);

@@ -8,6 +8,7 @@
 #include "providers/local/host/cgroups.hpp"
 #include "providers/local/host/uid_pool.hpp"
 #include "providers/local/host/unique_fd.hpp"
+#include "providers/local/sandbox/warm_python.hpp"
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -45,6 +46,8 @@ struct sandbox_confinement {
   std::shared_ptr<const image_tree> image;
   /// The overlay of the image and the sandbox's upper layer (bound at /).
   std::string image_root;
+  /// Its warm interpreter (setting `warm_python`), until an exec takes it.
+  std::unique_ptr<warm_python> warm;
 };
 
 /// The host directories (siblings of the sandbox's, in its root) of its
