@@ -10,10 +10,17 @@
 // provider exec is ~0) as overhead_ms {p50, p99, max}, measured by the
 // driver from its send to the reply's arrival (`caller_ms`, which also
 // counts the supervisor's queue and the driver's own mailbox).
+//
+// CPU, which a shared machine's load changes much less than wall time:
+// cpu_us (user + system of the whole process, per verification) and
+// busiest_thread_us (the thread that used the most, per verification: on
+// an idle machine the run cannot take less wall time than that thread's
+// CPU, nor less than cpu_us / cores).
 
 #include "actors/scheduler.hpp"
 #include "actors/supervisor.hpp"
 #include "apps/sv_grade/summary.hpp"
+#include "bench/thread_cpu.hpp"
 #include "messages/json.hpp"
 #include "messages/registry.hpp"
 #include "providers/scripted.hpp"
@@ -168,6 +175,7 @@ int main(int argc, char** argv) {
   auto base_kib = proc_status_kib("VmRSS:");
   std::promise<size_t> finished;
   auto result = finished.get_future();
+  auto cpu_before = bench::thread_cpu_s();
   auto start = std::chrono::steady_clock::now();
   samples measured;
   sys.spawn(driver, count, concurrency, supervisor, &finished, &measured);
@@ -181,6 +189,17 @@ int main(int argc, char** argv) {
       .count();
   auto ok = result.get();
   auto peak_kib = proc_status_kib("VmHWM:");
+  auto cpu_after = bench::thread_cpu_s();
+  double cpu_total = 0;
+  double busiest = 0;
+  for (auto& [tid, s] : cpu_after) {
+    auto d = s - cpu_before[tid];
+    cpu_total += d;
+    busiest = std::max(busiest, d);
+  }
+  auto per = [&](double s) {
+    return std::round(s / static_cast<double>(count) * 1e7) / 10.0;
+  };
 
   // Not timed: the stops behind the last replies.
   await_stops(sys, supervisor, std::chrono::seconds{120});
@@ -202,6 +221,8 @@ int main(int argc, char** argv) {
     {"peak_rss_kib", peak_kib},
     {"peak_in_flight", stats.peak_in_flight},
     {"kib_per_in_flight", static_cast<double>(peak_kib - base_kib) / in_flight},
+    {"cpu_us", per(cpu_total)},
+    {"busiest_thread_us", per(busiest)},
     {"overhead_ms", percentiles(measured.overhead_ms)},
     {"caller_ms", percentiles(measured.caller_ms)}};
   std::cout << line.dump() << std::endl;
