@@ -262,6 +262,13 @@ TEST_CASE("/run_code's status rules are SandboxFusion's") {
   CHECK(ok.body.rfind(R"({"status":"Success","message":"","compile_result":)",
                       0) == 0);
   CHECK(body_of(ok)["run_result"]["stdout"] == "42\n");
+  CHECK(body_of(ok)["executor_pod_name"].is_null());
+  // A nodes provider names the node that ran it: SandboxFusion's
+  // executor_pod_name.
+  auto on_node =
+    answered(ran(command("Finished", 0), command("Finished", 0, "42\n")));
+  on_node.node = "node-2";
+  CHECK(body_of(reply(on_node))["executor_pod_name"] == "node-2");
   auto tle = reply(answered(
     ran(command("Finished", 0), command("TimeLimitExceeded", nullptr))));
   CHECK(tle.status == 200);

@@ -6,7 +6,8 @@ SkyRL's and NeMo-Skills' clients (compat_peers.py). Standard library only.
 Called as: e2e_compat.py SV_SERVE MODE
   run_code  verl's cases: correct, wrong answer, runtime error, timeout,
             compile error and success in C++; SkyRL's request; files and
-            fetch_files as bytes; a missing toolchain refused by name; 400s
+            fetch_files as bytes; a missing toolchain refused by name; every
+            shipped language run where its toolchain is installed; 400s
             naming the field; memory_limit_MB; every sandbox stopped.
   execute   python and shell: completed, error, timeout, std_input, output
             cut, IPython and sessions refused.
@@ -16,6 +17,7 @@ Every wait is bounded.
 import base64
 import json
 import os
+import shutil
 import sys
 import tempfile
 
@@ -177,6 +179,61 @@ def toolchains(s):
     print("ok: a missing toolchain refused by name; /v1/languages, /v1/ping")
 
 
+# Every shipped language but python and cpp (verl_cases runs those): a
+# program reading stdin. Its toolchain is on the sandbox's PATH exactly when
+# it is on the host's (the local provider's view of the host), so a language
+# runs here exactly when its programs are installed, and is refused naming
+# the first one missing otherwise.
+SHIPPED = {
+    "bash": (["bash"], "read n\necho $((n * n))\n"),
+    "c": (["gcc"], "#include <stdio.h>\nint main(void) { long n; "
+          "if (scanf(\"%ld\", &n) != 1) return 2; "
+          "printf(\"%ld\\n\", n * n); return 0; }\n"),
+    "nodejs": (["node"], "const n = parseInt(require('fs')"
+               ".readFileSync(0, 'utf8'), 10);\nconsole.log(n * n);\n"),
+    "java": (["javac", "java"],
+             "import java.util.Scanner;\npublic class Main {\n"
+             "  public static void main(String[] a) {\n"
+             "    long n = new Scanner(System.in).nextLong();\n"
+             "    System.out.println(n * n);\n  }\n}\n"),
+    "go": (["go"], "package main\nimport \"fmt\"\nfunc main() { "
+           "var n int; fmt.Scan(&n); fmt.Println(n * n) }\n"),
+    "rust": (["rustc"], "use std::io::Read;\nfn main() { "
+             "let mut s = String::new(); "
+             "std::io::stdin().read_to_string(&mut s).unwrap(); "
+             "let n: i64 = s.trim().parse().unwrap(); "
+             "println!(\"{}\", n * n); }\n"),
+}
+SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+def shipped_languages(s):
+    status, _, body = s.request("GET", "/v1/languages")
+    table = {x["name"]: x for x in json.loads(body)["languages"]}
+    ran, refused = [], []
+    for name, (programs, code) in SHIPPED.items():
+        missing = [p for p in programs
+                   if shutil.which(p, path=SANDBOX_PATH) is None]
+        check(table[name]["available"] is (not missing),
+              f"{name}: available {table[name]}, missing here {missing}", s)
+        verdict, r, _ = verl_style(s, code, "7\n", "49", language=name,
+                                   timeout=60)
+        if missing:
+            check(verdict == -1 and r["status"] == "SandboxError"
+                  and f'language: "{name}"' in r["message"]
+                  and f'program "{missing[0]}" not found' in r["message"],
+                  f"{name} without {missing[0]}: {verdict} {r}", s)
+            refused.append(name)
+            continue
+        check(verdict is True and r["status"] == "Success"
+              and r["run_result"]["stdout"] == "49\n"
+              and (r["compile_result"] is None) ==
+              (not table[name]["compiled"]), f"{name}: {verdict} {r}", s)
+        ran.append(name)
+    print(f"ok: shipped languages: ran {ran}; refused naming the missing "
+          f"program {refused}")
+
+
 def memory_case(s):
     if "(memory cgroup)" not in s.stderr_tail():
         print("note: no memory cgroup here: memory_limit_MB not exercised")
@@ -205,6 +262,7 @@ def run_code_mode(binary, tmp):
         files_case(s)
         refusals(s)
         toolchains(s)
+        shipped_languages(s)
         memory_case(s)
         ok, m = wait_all_stopped(s)
         check(ok, f"sandboxes left: {m}", s)
