@@ -23,6 +23,7 @@ class _StandIns:
     class SandboxStatus(str, Enum):
         STARTING = "starting"
         RUNNING = "running"
+        PAUSED = "paused"
         STOPPED = "stopped"
         ERROR = "error"
         UNKNOWN = "unknown"
