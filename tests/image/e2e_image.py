@@ -20,7 +20,9 @@ marker file) and pushed with skopeo.
 - a root directory or layout that is, holds or lies in a hidden path (or
   reaches one through a symlink), or whose name carries a mount option, is
   refused;
-- ten concurrent creates of a new image pull it once.
+- ten concurrent creates of a new image pull it once;
+- through sv-serve: the sandbox API, /v1/verify, and /run_code with a
+  language whose table entry names the image (docs/compat.md).
 
 Skipped (77) without root, bwrap, skopeo, umoci or docker-registry.
 Usage: e2e_image.py SV_GRADE MAKE_JOBS PYTHON
@@ -32,6 +34,7 @@ import re
 import subprocess
 import sys
 import tarfile
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "sv_grade"))
@@ -289,8 +292,15 @@ def through_serve(binary, env, ref, reg):
     in the image; a missing image is 503 unavailable naming it."""
     sys.path.insert(0, os.path.join(image_kit.HERE, "..", "serve"))
     from e2e_serve import Server, check  # noqa: E402
-    s = Server(binary, env.dir, ["--provider-config", env.provider_config],
-               "serve")
+    # /run_code's language table (docs/compat.md): an entry with an image
+    # runs its calls in that image.
+    compat = os.path.join(env.dir, "compat.json")
+    with open(compat, "w") as f:
+        json.dump({"languages": {"python-image": {
+            "source": "main.py", "run": ["{python}", "main.py"],
+            "image": ref}}}, f)
+    s = Server(binary, env.dir, ["--provider-config", env.provider_config,
+                                 "--compat-config", compat], "serve")
 
     def call(method, path, body=None):
         st, _, raw = s.request(method, path, json.dumps(body)
@@ -320,6 +330,29 @@ def through_serve(binary, env, ref, reg):
         st, body = call("POST", "/v1/verify", job)
         check(st == 200 and body["ok"] and
               body["result"]["marker"] == "image-A", f"verify: {body}", s)
+        where = ("import os; print(open('/etc/sv-image-marker').read()"
+                 ".strip(), os.path.exists('/usr/bin/apt'))\n")
+        st, body = call("POST", "/run_code", {"code": where,
+                                              "language": "python-image"})
+        check(st == 200 and body["status"] == "Success" and
+              body["run_result"]["stdout"] == "image-A False\n",
+              f"/run_code in the language's image: {st} {body}", s)
+        st, body = call("POST", "/run_code", {"code": where,
+                                              "language": "python"})
+        check(st == 200 and body["status"] == "Failed" and
+              "sv-image-marker" in body["run_result"]["stderr"],
+              f"/run_code on the host's view: {st} {body}", s)
+        deadline = time.monotonic() + 120  # the probe of the image's PATH
+        while True:
+            st, body = call("GET", "/v1/languages")
+            entry = [x for x in body["languages"]
+                     if x["name"] == "python-image"]
+            if st != 200 or not entry or entry[0]["available"] is not None \
+                    or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        check(st == 200 and entry and entry[0]["image"] == ref and
+              entry[0]["available"] is True, f"languages: {body}", s)
     finally:
         s.stop()
 
