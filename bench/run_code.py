@@ -7,6 +7,13 @@ round and the medians, the ratio of rates, the 1-minute load at each start
 and the CPU per call of the front's cpuacct cgroup (as root).
 
   bench/run_code.py [--count 200] [--rounds 3] [--concurrency 4]
+  bench/run_code.py --burst 1000 [--concurrency 4] [--max-queue N]
+
+--burst N: N /run_code calls sent at once, each on its own connection, to
+one sv-serve (local provider, its --concurrency, its default --max-queue):
+how many were answered 200 (checked: Success, the expected stdout), 429 or
+504 (checked: masked), anything else or nothing; the time to the last
+answer; and sv-serve's counters afterwards (every sandbox stopped).
 
 Run from the repository root after scripts/setup.sh. Interpreter of every
 runner and program: /usr/bin/python3 (Debian's; a pyenv shim would add
@@ -17,7 +24,10 @@ import http.client
 import json
 import os
 import re
+import resource
 import select
+import selectors
+import socket
 import statistics
 import subprocess
 import sys
@@ -119,10 +129,12 @@ def sv_grade_round(work, config, work_jobs, concurrency):
 
 
 class Serve:
-    def __init__(self, config, concurrency):
+    def __init__(self, config, concurrency, max_queue=0):
+        queue = ["--max-queue", str(max_queue)] if max_queue else []
         self.proc = subprocess.Popen(accounted([
             os.path.join(BUILD, "apps", "sv-serve"), "--listen", "127.0.0.1:0",
-            "--provider-config", config, "--concurrency", str(concurrency)]),
+            "--provider-config", config, "--concurrency", str(concurrency),
+            *queue]),
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         ready, _, _ = select.select([self.proc.stdout], [], [], 120)
         line = self.proc.stdout.readline() if ready else ""
@@ -175,11 +187,121 @@ def run_code_round(serve, work_jobs, clients):
     return len(work_jobs) / wall, cpu_used_s() - cpu0
 
 
+def metrics(port):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    c.request("GET", "/metrics")
+    text = c.getresponse().read().decode()
+    c.close()
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            out[name] = float(value)
+    return out
+
+
+def burst(serve, work_jobs, deadline_s=1800):
+    """Every job as one /run_code call on its own connection, all sent at
+    once; the raw answers (b"" for a connection closed without one) and
+    the seconds to the last answer."""
+    sel = selectors.DefaultSelector()
+    conns = {}
+    for code, stdin, _ in work_jobs:
+        body = json.dumps({"code": code, "language": "python",
+                           "stdin": stdin}).encode()
+        sock = socket.socket()
+        sock.setblocking(False)
+        sock.connect_ex(("127.0.0.1", serve.port))
+        conns[sock] = {"out": b"POST /run_code HTTP/1.1\r\nHost: x\r\n"
+                       b"Connection: close\r\nContent-Type: "
+                       b"application/json\r\nContent-Length: " +
+                       str(len(body)).encode() + b"\r\n\r\n" + body,
+                       "in": b""}
+        sel.register(sock, selectors.EVENT_WRITE)
+    t0 = time.monotonic()
+    left = len(conns)
+    while left and time.monotonic() - t0 < deadline_s:
+        for key, events in sel.select(timeout=1):
+            sock, c = key.fileobj, conns[key.fileobj]
+            try:
+                if events & selectors.EVENT_WRITE:
+                    c["out"] = c["out"][sock.send(c["out"]):]
+                    if not c["out"]:
+                        sel.modify(sock, selectors.EVENT_READ)
+                    continue
+                chunk = sock.recv(65536)
+            except (BlockingIOError, InterruptedError):
+                continue
+            except OSError:
+                chunk = b""
+            if chunk:
+                c["in"] += chunk
+                continue
+            left -= 1
+            sel.unregister(sock)
+    wall = time.monotonic() - t0
+    for sock in conns:
+        sock.close()
+    return [c["in"] for c in conns.values()], wall
+
+
+def burst_main(args, config):
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = 2 * args.burst + 200
+    if hard != resource.RLIM_INFINITY and hard < want:
+        sys.exit(f"RLIMIT_NOFILE hard limit {hard} < {want}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, want), hard))
+    work_jobs = jobs(args.burst)
+    serve = Serve(config, args.concurrency, args.max_queue)
+    try:
+        load = os.getloadavg()[0]
+        answers, wall = burst(serve, work_jobs)
+        counts = {}
+        for raw, (_, _, expected) in zip(answers, work_jobs):
+            m = re.match(rb"HTTP/1\.1 (\d{3}) ", raw)
+            status = int(m.group(1)) if m else None
+            body = json.loads(raw.partition(b"\r\n\r\n")[2] or b"null") \
+                if m else None
+            if status == 200 and (body["status"] != "Success" or
+                                  body["run_result"]["stdout"] != expected):
+                status = "200 wrong"
+            if status in (429, 504) and not body.get("mask_sample"):
+                status = f"{status} unmasked"
+            counts[status] = counts.get(status, 0) + 1
+        deadline = time.monotonic() + 120
+        while True:
+            m = metrics(serve.port)
+            done = (m.get("sv_sandboxes_live") == 0 and
+                    m.get("sv_sandboxes_created_total") ==
+                    m.get("sv_sandboxes_stopped_total"))
+            if done or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+    finally:
+        serve.stop()
+    queue = f", --max-queue {args.max_queue}" if args.max_queue else ""
+    print(f"{args.burst} /run_code calls at once (local provider, "
+          f"--concurrency {args.concurrency}{queue}), load {load:.1f} at the "
+          f"start:")
+    print(f"  answers: {dict(sorted(counts.items(), key=str))}; the last "
+          f"after {wall:.1f} s")
+    print(f"  sandboxes created {m.get('sv_sandboxes_created_total'):.0f}, "
+          f"stopped {m.get('sv_sandboxes_stopped_total'):.0f}, live "
+          f"{m.get('sv_sandboxes_live'):.0f}")
+    bad = {k: v for k, v in counts.items() if k not in (200, 429, 504)}
+    if bad or not done:
+        sys.exit(f"not all answered as they should be: {bad}, "
+                 f"sandboxes all stopped: {done}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--count", type=int, default=200)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--concurrency", type=int, default=4)
+    ap.add_argument("--burst", type=int, default=0)
+    ap.add_argument("--max-queue", type=int, default=0,
+                    help="sv-serve's --max-queue for --burst (0: its default)")
     args = ap.parse_args()
     if os.geteuid() == 0:
         os.makedirs(CPUACCT, exist_ok=True)
@@ -187,6 +309,8 @@ def main():
     config = os.path.join(work, "provider.json")
     with open(config, "w") as f:
         json.dump({"local": {"python": PYTHON}}, f)
+    if args.burst:
+        return burst_main(args, config)
     work_jobs = jobs(args.count)
     serve = Serve(config, args.concurrency)
     rows = []
