@@ -12,6 +12,7 @@
 #include "isolation_fixture.hpp"
 
 #include <string>
+#include <thread>
 
 using namespace sv;
 using namespace sv::test;
@@ -316,4 +317,17 @@ SECRET = 1
         expect_clean(rb.value->stdout_text));
   f->stop_and_expect_gone(a);
   f->stop_and_expect_gone(b);
+}
+
+TEST_CASE("interpreters started with the provider outlive the thread that "
+          "made it") {
+  // bwrap's --die-with-parent follows the spawning thread.
+  REQUIRE(isolation_unavailable().empty());
+  std::unique_ptr<warm_fixture> f;
+  std::thread{[&f] { f = std::make_unique<warm_fixture>(); }}.join();
+  // Served from the pool filled at start, its interpreter still waiting.
+  auto h = f->create_with_probe();
+  CHECK(f->probe(h, "1", "0").return_code == 0);
+  CHECK(f->mode(h, "1") == "warm");
+  f->stop_and_expect_gone(h);
 }

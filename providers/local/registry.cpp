@@ -19,6 +19,7 @@
 #include <boost/asio/post.hpp>
 #include <cstdio>
 #include <deque>
+#include <future>
 #include <map>
 #include <mutex>
 #include <random>
@@ -158,11 +159,27 @@ struct local_registry::impl : detail::warm_pool_host {
   std::shared_ptr<local_sandbox> prepare(const detail::sandbox_shape& shape,
                                          const std::string& id) override {
     auto sb = prepare_unpooled(shape, id);
-    if (cfg.warm_python) {
+    if (!cfg.warm_python)
+      return sb;
+    auto start = [this, &sb] {
       // Named: GCC 12 warns (falsely) about the fields of a temporary.
       sandbox_spec defaults;
       sb->confinement.warm =
         detail::start_warm_python(*sb, exec_cfg, defaults.workdir);
+    };
+    // bwrap's --die-with-parent follows the thread that spawned it: the
+    // interpreter is spawned on a background thread, which lives as long
+    // as the registry, never on the thread that makes the registry
+    // (prewarm), which may exit.
+    if (pools.bg().get_executor().running_in_this_thread()) {
+      start();
+    } else {
+      std::promise<void> done;
+      asio::post(pools.bg(), [&] {
+        start();
+        done.set_value();
+      });
+      done.get_future().wait();
     }
     return sb;
   }
