@@ -29,6 +29,16 @@ CPP_SUM = ("#include <cstdio>\nint main() { long a, b; "
            "if (scanf(\"%ld %ld\", &a, &b) != 2) return 2; "
            "printf(\"%ld\\n\", a + b); }\n")
 
+# Each constant is about a second of g++'s constexpr evaluation (under its
+# per-constant limit of 2^25 operations, so no compile error): the whole
+# compile takes minutes.
+SLOW_COMPILE = (
+    "constexpr long spin(long n, long salt) { long s = salt; "
+    "for (long i = 0; i < n; ++i) for (long j = 0; j < n; ++j) "
+    "s += (i ^ j ^ salt) % 7; return s; }\n" +
+    "".join(f"constexpr long k{i} = spin(1000, {i});\n" for i in range(200)) +
+    "int main() { return k0 == k199; }\n")
+
 
 def verl_cases(s):
     verdict, r, _ = verl_style(s, SQUARE, "7\n", "49")
@@ -76,8 +86,19 @@ def verl_cases(s):
                                timeout=60)
     check(verdict is True and r["compile_result"]["return_code"] == 0,
           f"cpp: {verdict} {r}", s)
+    # compile_timeout is the compile's own: a compile that runs for minutes
+    # (a constant evaluated at compile time) ends at 2 s, well before the
+    # run's 30 s; verl scores it as a compile error.
+    status, _, r = s.post_json("/run_code", {
+        "code": SLOW_COMPILE, "language": "cpp", "compile_timeout": 2,
+        "run_timeout": 30})
+    c = r["compile_result"]
+    check(status == 200 and r["status"] == "Failed" and r["run_result"] is None
+          and c["status"] == "TimeLimitExceeded" and c["return_code"] is None
+          and 2 <= c["execution_time"] < 15, f"compile timeout: {status} {r}",
+          s)
     print("ok: verl's cases (correct, wrong, assert, runtime error, timeout, "
-          "compile error, C++)")
+          "compile error, C++, compile timeout)")
 
 
 def skyrl_case(s):
