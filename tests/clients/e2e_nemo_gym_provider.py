@@ -327,6 +327,54 @@ class Failures(unittest.TestCase):
 
 
 
+# NeMo Gym's SandboxProvider protocol (nemo_gym/sandbox/providers/base.py),
+# as its documentation states it: each method, whether it is a coroutine,
+# its parameters in order and how each is passed (P positional or keyword,
+# K keyword only).
+PROTOCOL = {
+    "create": ["spec:P"],
+    "exec": ["handle:P", "command:P", "cwd:K", "env:K", "timeout_s:K",
+             "user:K"],
+    "upload_file": ["handle:P", "source_path:P", "target_path:P"],
+    "download_file": ["handle:P", "source_path:P", "target_path:P"],
+    "status": ["handle:P"],
+    "close": ["handle:P"],
+    "aclose": [],
+}
+
+
+class Protocol(unittest.TestCase):
+    """The provider has every member of the protocol, each a coroutine
+    taking what NeMo Gym passes, the way it passes it; the entry point's
+    class is constructible from a YAML block's keys alone."""
+
+    def test_every_method_of_the_protocol(self):
+        import inspect
+        self.assertEqual(SvServeProvider.name, "sv_serve")
+        kinds = {inspect.Parameter.POSITIONAL_OR_KEYWORD: "P",
+                 inspect.Parameter.KEYWORD_ONLY: "K"}
+        for method, params in PROTOCOL.items():
+            fn = getattr(SvServeProvider, method, None)
+            self.assertTrue(inspect.iscoroutinefunction(fn), method)
+            got = [p for p in inspect.signature(fn).parameters.values()
+                   if p.name != "self"]
+            self.assertEqual(len(got), len(params), (method, got))
+            for p, want in zip(got, params):
+                name, kind = want.split(":")
+                self.assertEqual(kinds.get(p.kind), kind, (method, p))
+                self.assertEqual(p.name, name, (method, p))
+                if kind == "K":
+                    self.assertIsNone(p.default, (method, p))
+
+    def test_made_from_a_yaml_block(self):
+        # NeMo Gym's registry: provider_class(**settings).
+        p = SvServeProvider(**{"url": "http://127.0.0.1:9",
+                               "token": "t", "timeout_s": 5})
+        self.assertEqual(p.client.url, "http://127.0.0.1:9")
+        with self.assertRaises(TypeError):
+            SvServeProvider(**{"url": "http://127.0.0.1:9", "colour": "red"})
+
+
 class Binary(unittest.TestCase):
     """Bytes both ways: the octet-stream upload route, the
     {"base64"} values of a JSON upload, a seed submission with a binary
@@ -499,7 +547,7 @@ def main():
                 sys.exit(f"FAILED: sv-serve answers the octet-stream upload "
                          f"route with: {why}")
             sys.exit(svtest.run_suites([Binary]))
-        sys.exit(svtest.run_suites([Lifecycle, Wire, Failures]))
+        sys.exit(svtest.run_suites([Protocol, Lifecycle, Wire, Failures]))
 
 
 if __name__ == "__main__":
