@@ -5,7 +5,7 @@ SkyRL's and NeMo-Skills' clients (compat_peers.py). Standard library only.
 
 Called as: e2e_compat.py SV_SERVE MODE
   run_code  verl's cases: correct, wrong answer, runtime error, timeout,
-            compile error and success in C++; SkyRL's request; files and
+            compile error, compile timeout and success in C++; SkyRL's request; files and
             fetch_files as bytes; a missing toolchain refused by name; every
             shipped language run where its toolchain is installed; 400s
             naming the field; memory_limit_MB; every sandbox stopped.
