@@ -161,6 +161,9 @@ struct local_registry_stats {
   /// Sandboxes prepared for the pool so far, and ready in it now.
   uint64_t pool_prepared = 0;
   uint64_t pooled = 0;
+  /// Preparations for the pool posted and not finished (a test waits for
+  /// 0: the pool at rest).
+  uint64_t pool_preparing = 0;
 };
 
 /// What a spec may ask of a local provider (the settings' ceilings, resolved).

@@ -145,10 +145,14 @@ TEST_CASE_METHOD(pool_fixture, "a dirty or dead pooled sandbox is destroyed, "
   };
   uint64_t discarded = 0;
   for (auto& f : spoil) {
-    // Only one pooled sandbox at a time: take the pool's whole content.
+    // Take the pool's whole content, at rest: no preparation in flight (on
+    // a busy machine one posted but not started has no directory yet and
+    // would be ready, unspoiled, when the create comes), and every
+    // directory beside the live ones a pooled sandbox's.
     REQUIRE(eventually([&] {
-      return stats().pooled >= 1 &&
-             other_ids(provider_cfg.root, live).size() == stats().pooled;
+      auto s = stats();
+      return s.pooled >= 1 && s.pool_preparing == 0 &&
+             other_ids(provider_cfg.root, live).size() == s.pooled;
     }));
     auto ids = other_ids(provider_cfg.root, live);
     for (auto& id : ids)

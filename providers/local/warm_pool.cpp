@@ -234,8 +234,10 @@ void warm_pool::add_stats(local_registry_stats& out) const {
   out.pool_misses += misses_;
   out.pool_discarded += discarded_;
   out.pool_prepared += prepared_;
-  for (auto& entry : slots_)
+  for (auto& entry : slots_) {
     out.pooled += entry.second.ready.size();
+    out.pool_preparing += entry.second.preparing;
+  }
 }
 
 } // namespace sv::detail
