@@ -733,24 +733,30 @@ TEST_CASE("teardowns that block cannot hold up a create, an upload or a "
 
 TEST_CASE("the background threads run below the caller path, above the "
           "sandboxes") {
-  // Relative to this thread's niceness: ctest may run below 0.
+  // Relative to this thread's niceness, whatever ctest runs at (a busy
+  // machine's runner may be niced): the sandboxes at 19, the lowest, leave
+  // room between for any niceness up to 17.
   errno = 0;
   int base = ::getpriority(PRIO_PROCESS, 0);
   REQUIRE(errno == 0);
-  REQUIRE(base + 5 <= 19);
+  REQUIRE(base <= 17);
   auto before = thread_nices();
+  auto between = [&](const std::vector<int>& xs) {
+    return std::count_if(xs.begin(), xs.end(),
+                         [&](int n) { return n > base && n < 19; });
+  };
   auto at = [](const std::vector<int>& xs, int n) {
     return std::count(xs.begin(), xs.end(), n);
   };
   fixture f{[](local_provider_config& c) {
     c.isolation = "none";
-    c.sandbox_nice = 10;
+    c.sandbox_nice = 19;
   }};
   // Each background thread lowers its own priority as it starts.
-  CHECK(eventually(
-    [&] { return at(thread_nices(), base + 5) - at(before, base + 5) == 2; }));
+  CHECK(
+    eventually([&] { return between(thread_nices()) - between(before) == 2; }));
   auto after = thread_nices();
-  CHECK(at(after, base + 5) - at(before, base + 5) == 2);
+  CHECK(between(after) - between(before) == 2);
   // The four I/O threads of the caller path keep the process's.
   CHECK(at(after, base) - at(before, base) >= 4);
 }
