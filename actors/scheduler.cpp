@@ -11,6 +11,8 @@
 #include <caf/sec.hpp>
 #include <caf/system_messages.hpp>
 #include <condition_variable>
+#include <cstdlib>
+#include <malloc.h>
 #include <map>
 #include <mutex>
 #include <new>
@@ -660,6 +662,12 @@ private:
 };
 
 } // namespace
+
+bool use_one_malloc_arena() {
+  if (std::getenv("MALLOC_ARENA_MAX") != nullptr)
+    return false;
+  return mallopt(M_ARENA_MAX, 1) == 1;
+}
 
 void install_scheduler(caf::actor_system_config& cfg) {
   auto policy = caf::get_or(cfg, "scheduler.policy", caf::atom("stealing"));

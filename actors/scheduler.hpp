@@ -27,6 +27,21 @@ namespace sv {
 /// "sharing".
 void install_scheduler(caf::actor_system_config& cfg);
 
+/// Makes the threads of this process allocate from one malloc arena
+/// (glibc's M_ARENA_MAX = 1), unless the environment sets MALLOC_ARENA_MAX.
+/// Call it before the actor system starts its threads (a thread keeps the
+/// arena it first allocated from). Returns whether it was set.
+///
+/// Why: a message is allocated on the sender's worker and freed on the
+/// receiver's; with an arena per thread (glibc's default, up to 8 per
+/// core) each free goes back to the sender's arena under its lock, and
+/// each arena keeps its own high-water mark. With 100,000 verifications in
+/// flight that cost ~20 % more CPU per verification (free-list work, page
+/// faults) and ~0.5 KiB more memory per verification than one arena
+/// (bench/README.md, section 1e); each thread's own cache (tcache) still
+/// serves most small allocations without the arena's lock.
+bool use_one_malloc_arena();
+
 /// What the clock of this scheduler holds: every timer (timeouts and delayed
 /// messages), and how many of them are cancellable (an actor's timeouts).
 struct clock_counts {

@@ -151,9 +151,18 @@ int main(int argc, char** argv) {
     .add_option("--state-bytes", state_bytes,
                 "bytes of state each child touches at every step")
     ->capture_default_str();
+  size_t threads = 0;
+  app
+    .add_option("--threads", threads,
+                "scheduler threads (0: CAF's default, at least 4)")
+    ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
+  // As the runtime does (service/service.cpp).
+  sv::use_one_malloc_arena();
   caf::actor_system_config cfg;
+  if (threads > 0)
+    cfg.set("scheduler.max-threads", threads);
   sv::install_scheduler(cfg);
   caf::actor_system sys{cfg};
   auto prov = sys.spawn(provider);

@@ -149,10 +149,19 @@ int main(int argc, char** argv) {
     .add_option("--stop-delay-ms", stop_delay_ms,
                 "every stop answers this late (a slow teardown)")
     ->capture_default_str();
+  size_t threads = 0;
+  app
+    .add_option("--threads", threads,
+                "scheduler threads (0: CAF's default, at least 4)")
+    ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::warn);
 
+  // As the runtime does (service/service.cpp).
+  sv::use_one_malloc_arena();
   caf::actor_system_config cfg;
+  if (threads > 0)
+    cfg.set("scheduler.max-threads", threads);
   register_protocol(cfg);
   install_scheduler(cfg);
   caf::actor_system sys{cfg};

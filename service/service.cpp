@@ -43,6 +43,7 @@ struct service::provider_set {
 
 service::service(const provider_block& block, service_options opts)
     : cfg_(std::make_unique<caf::actor_system_config>()) {
+  use_one_malloc_arena(); // before any thread of the runtime starts
   backend_ = prepare_provider(block);
   register_protocol(*cfg_);
   install_scheduler(*cfg_);
