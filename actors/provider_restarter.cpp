@@ -1,6 +1,6 @@
 #include "actors/provider_restarter.hpp"
 
-#include "actors/quiet.hpp"
+#include "actors/detail/quiet.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/scheduler/test_coordinator.hpp>

@@ -26,10 +26,10 @@
 
 #include "actors/supervisor.hpp"
 
+#include "actors/detail/quiet.hpp"
+#include "actors/detail/waiters.hpp"
 #include "actors/provider_restarter.hpp"
-#include "actors/quiet.hpp"
 #include "actors/verification.hpp"
-#include "actors/waiters.hpp"
 #include "messages/bounded_json.hpp"
 #include "messages/errors.hpp"
 #include "messages/validation.hpp"

@@ -22,7 +22,7 @@
 
 #include "actors/verification.hpp"
 
-#include "actors/quiet.hpp"
+#include "actors/detail/quiet.hpp"
 #include "messages/errors.hpp"
 #include "messages/validation.hpp"
 

@@ -4,7 +4,7 @@
 // internal to actors/. Both directions are typed interfaces, so a message
 // outside them is a compile error on the sending side; whatever still
 // arrives unasked (a stale timer, a late reply) is logged and dropped
-// (actors/quiet.hpp), never an error that kills the receiver.
+// (actors/detail/quiet.hpp), never an error that kills the receiver.
 
 #include "messages/provider.hpp"
 

@@ -12,13 +12,13 @@
 // reps, per rep) shows it, with whatever else the shared machine ran.
 
 #include "providers/local.hpp"
-#include "providers/local/host/cgroups.hpp"
-#include "providers/local/host/mounts.hpp"
-#include "providers/local/host/netns.hpp"
-#include "providers/local/host/process.hpp"
-#include "providers/local/host/seccomp.hpp"
-#include "providers/local/host/uid_pool.hpp"
-#include "providers/local/isolation.hpp"
+#include "providers/local/detail/host/cgroups.hpp"
+#include "providers/local/detail/host/mounts.hpp"
+#include "providers/local/detail/host/netns.hpp"
+#include "providers/local/detail/host/process.hpp"
+#include "providers/local/detail/host/seccomp.hpp"
+#include "providers/local/detail/host/uid_pool.hpp"
+#include "providers/local/detail/isolation.hpp"
 
 #include <algorithm>
 #include <chrono>

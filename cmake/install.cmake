@@ -22,10 +22,12 @@ set(SV_INSTALL_CMAKEDIR "${CMAKE_INSTALL_LIBDIR}/cmake/sandbox_verification")
 install(TARGETS sv_protocol sv_runtime sv sv_testing EXPORT sandbox_verificationTargets
         ARCHIVE DESTINATION "${CMAKE_INSTALL_LIBDIR}")
 # The installed headers are the documented API (docs/embedding.md,
-# docs/testing.md), nothing more: a backend's internals (providers/local/,
-# remote/, nodes/: host primitives, one sandbox's life, transports) and the
-# runtime's own helpers stay in the tree. package_install_embed compiles
-# every installed header alone against the prefix, so a public header that
+# docs/testing.md), nothing more: every header of the library outside a
+# detail/ folder (DESIGN.md, "Layout"); a backend's internals
+# (providers/*/detail/: host primitives, one sandbox's life, transports) and
+# the runtime's own helpers (*/detail/) stay in the tree.
+# package_install_embed checks the list against the tree and compiles every
+# installed header alone against the prefix, so a public header that
 # includes an internal one fails there.
 set(SV_PUBLIC_HEADERS
     messages/atoms.hpp messages/batch_format.hpp messages/bounded_json.hpp

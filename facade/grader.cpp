@@ -1,6 +1,6 @@
 #include "facade/grader.hpp"
 
-#include "actors/quiet.hpp"
+#include "actors/detail/quiet.hpp"
 #include "actors/supervisor.hpp"
 #include "messages/enums.hpp"
 #include "messages/errors.hpp"

@@ -1,6 +1,6 @@
 #include "messages/json.hpp"
 
-#include "messages/base64.hpp"
+#include "messages/detail/base64.hpp"
 
 #include <cmath>
 #include <initializer_list>

@@ -2,7 +2,7 @@
 
 #include "messages/json.hpp"
 #include "providers/local.hpp"
-#include "providers/nodes/nodes_provider.hpp"
+#include "providers/nodes/detail/nodes_provider.hpp"
 #include "providers/remote.hpp"
 #include "providers/scripted.hpp"
 

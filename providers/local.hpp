@@ -174,8 +174,8 @@ struct local_ceilings {
 };
 
 /// The sandboxes of the local provider and the I/O threads that serve them
-/// (providers/local/registry.hpp). Shared by the provider actors spawned on
-/// it; it outlives each of them.
+/// (providers/local/detail/registry.hpp). Shared by the provider actors spawned
+/// on it; it outlives each of them.
 class local_registry;
 
 /// Reads the settings of a `{"local": {...}}` provider block (the inner

@@ -3,9 +3,9 @@
 // The remote provider: sandboxes on an sv-serve host, through its sandbox
 // API over HTTP (DESIGN.md, "The sandbox API (sv-serve)"). A bounded pool
 // of keep-alive connections runs on an I/O thread of its own
-// (providers/remote/http_client.hpp); each call becomes one request with a
-// finite deadline, and its answer comes back to the actor as a message, so
-// no CAF scheduler thread ever waits on the network.
+// (providers/remote/detail/http_client.hpp); each call becomes one request with
+// a finite deadline, and its answer comes back to the actor as a message, so no
+// CAF scheduler thread ever waits on the network.
 //
 // Block: {"remote": {"url": "http://HOST:PORT" (or https, with "ca_file"),
 //                    "token_file": F, "connections": N, "timeout_s": S, ...}}

@@ -32,7 +32,8 @@ struct service_options {
 };
 
 /// A front before the supervisor (the result cache's,
-/// cache/cache_front.hpp): an actor with its interface that dies with it.
+/// cache/detail/cache_front.hpp): an actor with its interface that dies with
+/// it.
 using front_factory = std::function<supervisor_actor(
   caf::actor_system&, const supervisor_actor&, const provider_backend&)>;
 

@@ -4,8 +4,8 @@
 // output lines, failures never stored, several processes on one file) is
 // tested end to end in tests/cache/e2e_cache.py.
 
-#include "cache/cache_front.hpp"
-#include "cache/result_cache.hpp"
+#include "cache/detail/cache_front.hpp"
+#include "cache/detail/result_cache.hpp"
 #include "messages/batch_format.hpp"
 #include "providers/factory.hpp"
 

@@ -1,6 +1,6 @@
-// HOST:PORT and the loopback rule (messages/endpoint.hpp).
+// HOST:PORT and the loopback rule (messages/detail/endpoint.hpp).
 
-#include "messages/endpoint.hpp"
+#include "messages/detail/endpoint.hpp"
 
 #include <catch2/catch.hpp>
 #include <stdexcept>

@@ -5,10 +5,10 @@
 // missing.
 
 #include "isolation_fixture.hpp"
-#include "providers/local/host/mounts.hpp"
-#include "providers/local/host/trusted_dir.hpp"
-#include "providers/local/host/uid_pool.hpp"
-#include "providers/local/isolation.hpp"
+#include "providers/local/detail/host/mounts.hpp"
+#include "providers/local/detail/host/trusted_dir.hpp"
+#include "providers/local/detail/host/uid_pool.hpp"
+#include "providers/local/detail/isolation.hpp"
 
 #include <atomic>
 #include <cerrno>

@@ -1,8 +1,8 @@
-// The image layer extractor (providers/local/image/layer.cpp) on crafted
+// The image layer extractor (providers/local/detail/image/layer.cpp) on crafted
 // tar streams: what a layer may do to its tree, and every hostile case
 // leaves the host untouched and names the entry.
 
-#include "providers/local/image/layer.hpp"
+#include "providers/local/detail/image/layer.hpp"
 
 #include <catch2/catch.hpp>
 #include <cstdio>

@@ -6,7 +6,7 @@
 // bwrap and root, like the rest of the isolation suite (its main skips).
 
 #include "isolation_fixture.hpp"
-#include "providers/local/isolation.hpp"
+#include "providers/local/detail/isolation.hpp"
 
 #include <cstdio>
 #include <cstdlib>

@@ -7,9 +7,9 @@
 // scripts/setup.sh as root they run.
 
 #include "local_provider_fixture.hpp"
-#include "providers/local/host/cgroups.hpp"
-#include "providers/local/host/process.hpp"
-#include "providers/local/host/unique_fd.hpp"
+#include "providers/local/detail/host/cgroups.hpp"
+#include "providers/local/detail/host/process.hpp"
+#include "providers/local/detail/host/unique_fd.hpp"
 
 #include <fstream>
 #include <memory>

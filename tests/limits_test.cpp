@@ -2,8 +2,8 @@
 // disk, TTL) and of the start-up reaper, with real processes in bwrap mode.
 
 #include "isolation_fixture.hpp"
-#include "providers/local/host/cgroups.hpp"
-#include "providers/local/host/pidfd.hpp"
+#include "providers/local/detail/host/cgroups.hpp"
+#include "providers/local/detail/host/pidfd.hpp"
 
 #include <caf/send.hpp>
 #include <poll.h>

@@ -8,7 +8,7 @@
 #include "messages/provider.hpp"
 #include "messages/registry.hpp"
 #include "providers/local.hpp"
-#include "providers/local/registry.hpp"
+#include "providers/local/detail/registry.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>

@@ -2,7 +2,7 @@
 
 #include "actors/supervisor.hpp"
 #include "local_provider_fixture.hpp"
-#include "providers/local/host/process.hpp"
+#include "providers/local/detail/host/process.hpp"
 
 #include <algorithm>
 #include <atomic>

@@ -1,8 +1,9 @@
-// The BASP gate's frame checks (providers/nodes/transport/frame_check.hpp)
-// on frames made here byte by byte: what CAF 0.17.6 would crash or stall
-// on is refused before it parses it, CAF's own frames pass.
+// The BASP gate's frame checks
+// (providers/nodes/detail/transport/frame_check.hpp) on frames made here byte
+// by byte: what CAF 0.17.6 would crash or stall on is refused before it parses
+// it, CAF's own frames pass.
 
-#include "providers/nodes/transport/frame_check.hpp"
+#include "providers/nodes/detail/transport/frame_check.hpp"
 
 #include <caf/atom.hpp>
 #include <caf/binary_serializer.hpp>

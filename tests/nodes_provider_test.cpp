@@ -7,9 +7,9 @@
 #include "grading_fixture.hpp"
 #include "messages/errors.hpp"
 #include "providers/factory.hpp"
-#include "providers/nodes/node_protocol.hpp"
-#include "providers/nodes/nodes_provider.hpp"
-#include "providers/nodes/peer_identity.hpp"
+#include "providers/nodes/detail/node_protocol.hpp"
+#include "providers/nodes/detail/nodes_provider.hpp"
+#include "providers/nodes/detail/peer_identity.hpp"
 #include "providers/scripted.hpp"
 
 #include <algorithm>

@@ -7,9 +7,9 @@
 // LeakSanitizer after nodes_e2e_sigstop). A 1 ms heartbeat makes that
 // window certain; the check holds in any build (ASan reports it too).
 
-#include "providers/nodes/middleman_setup.hpp"
-#include "providers/nodes/peer_identity.hpp"
-#include "providers/nodes/transport/basp_gate.hpp"
+#include "providers/nodes/detail/middleman_setup.hpp"
+#include "providers/nodes/detail/peer_identity.hpp"
+#include "providers/nodes/detail/transport/basp_gate.hpp"
 
 #include <arpa/inet.h>
 #include <caf/actor_system.hpp>

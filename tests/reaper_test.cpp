@@ -2,7 +2,7 @@
 // what bwrap adds to the start of a command.
 
 #include "isolation_fixture.hpp"
-#include "providers/local/host/pidfd.hpp"
+#include "providers/local/detail/host/pidfd.hpp"
 
 #include <fcntl.h>
 #include <poll.h>

@@ -9,8 +9,8 @@
 #include "messages/registry.hpp"
 #include "providers/factory.hpp"
 #include "providers/remote.hpp"
-#include "providers/remote/http_client.hpp"
-#include "providers/remote/wire.hpp"
+#include "providers/remote/detail/http_client.hpp"
+#include "providers/remote/detail/wire.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
@@ -36,7 +36,7 @@
 #include <unistd.h>
 
 // glibc 2.36's <sys/pidfd.h> lacks __BEGIN_DECLS (as
-// providers/local/host/pidfd.hpp notes).
+// providers/local/detail/host/pidfd.hpp notes).
 extern "C" {
 #include <sys/pidfd.h>
 }

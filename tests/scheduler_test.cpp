@@ -3,7 +3,7 @@
 // Every wait is bounded; a wait that runs out ends the process with a
 // message (a hung clock would otherwise hang ~actor_system too).
 
-#include "actors/quiet.hpp"
+#include "actors/detail/quiet.hpp"
 #include "actors/scheduler.hpp"
 #include "messages/registry.hpp"
 

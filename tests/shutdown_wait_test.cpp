@@ -6,8 +6,8 @@
 #include "actors/supervisor.hpp"
 #include "grading_fixture.hpp"
 #include "providers/factory.hpp"
-#include "providers/nodes/node_protocol.hpp"
-#include "providers/nodes/nodes_provider.hpp"
+#include "providers/nodes/detail/node_protocol.hpp"
+#include "providers/nodes/detail/nodes_provider.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/send.hpp>

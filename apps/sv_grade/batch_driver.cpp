@@ -1,10 +1,10 @@
 #include "apps/sv_grade/batch_driver.hpp"
 
-#include "actors/quiet.hpp"
+#include "actors/detail/quiet.hpp"
 #include "apps/sv_grade/batch_line.hpp"
 #include "apps/sv_grade/output_writer.hpp"
+#include "messages/detail/private_id.hpp"
 #include "messages/errors.hpp"
-#include "messages/private_id.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/event_based_actor.hpp>

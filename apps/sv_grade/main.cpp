@@ -13,8 +13,8 @@
 #include "apps/sv_grade/output_writer.hpp"
 #include "apps/sv_grade/resume.hpp"
 #include "apps/sv_grade/signals.hpp"
-#include "cache/cache_front.hpp"
-#include "cache/result_cache.hpp"
+#include "cache/detail/cache_front.hpp"
+#include "cache/detail/result_cache.hpp"
 #include "messages/bounded_json.hpp"
 #include "messages/config_file.hpp"
 #include "messages/json.hpp"
@@ -412,7 +412,8 @@ int run(cli_options opts, terminal_bar& bar) {
   if (opts.concurrency == 0)
     opts.concurrency = default_concurrency();
   // With --cache, the driver talks to the cache's front of the supervisor
-  // (cache/cache_front.hpp: a detached actor; it dies with the supervisor).
+  // (cache/detail/cache_front.hpp: a detached actor; it dies with the
+  // supervisor).
   json_limits limits;
   limits.max_depth = opts.max_json_depth;
   auto front = svc->supervise(make_supervisor_config(opts),

@@ -3,16 +3,16 @@
 
 #include "apps/common/cli.hpp"
 #include "messages/bounded_json.hpp"
-#include "messages/endpoint.hpp"
+#include "messages/detail/endpoint.hpp"
 #include "messages/errors.hpp"
 #include "messages/json.hpp"
 #include "messages/registry.hpp"
 #include "providers/factory.hpp"
-#include "providers/nodes/middleman_setup.hpp"
-#include "providers/nodes/node_joiner.hpp"
-#include "providers/nodes/node_protocol.hpp"
-#include "providers/nodes/peer_identity.hpp"
-#include "providers/nodes/transport/basp_gate.hpp"
+#include "providers/nodes/detail/middleman_setup.hpp"
+#include "providers/nodes/detail/node_joiner.hpp"
+#include "providers/nodes/detail/node_protocol.hpp"
+#include "providers/nodes/detail/peer_identity.hpp"
+#include "providers/nodes/detail/transport/basp_gate.hpp"
 #include "service/service.hpp"
 
 #include <CLI/CLI.hpp>
@@ -125,7 +125,7 @@ std::optional<int> parse_cli(int argc, char** argv, cli_options& opts) {
   return cli::parse(app, argc, argv);
 }
 
-/// `text` of `option`, HOST:PORT ([v6]:PORT too; messages/endpoint.hpp).
+/// `text` of `option`, HOST:PORT ([v6]:PORT too; messages/detail/endpoint.hpp).
 endpoint split_host_port(const std::string& text, const char* option,
                          port_zero zero) {
   try {

@@ -3,7 +3,7 @@
 // base64 lives in messages/ (files carry bytes as {"base64": "..."}); the
 // compatible routes use it under their own namespace.
 
-#include "messages/base64.hpp"
+#include "messages/detail/base64.hpp"
 
 namespace sv::serve {
 

@@ -1,6 +1,6 @@
 #include "apps/sv_serve/bridge.hpp"
 
-#include "actors/quiet.hpp"
+#include "actors/detail/quiet.hpp"
 #include "messages/batch_format.hpp"
 #include "messages/errors.hpp"
 

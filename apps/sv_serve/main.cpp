@@ -10,11 +10,11 @@
 #include "apps/sv_serve/sandboxes.hpp"
 #include "apps/sv_serve/server.hpp"
 #include "apps/sv_serve/tokens.hpp"
-#include "cache/cache_front.hpp"
-#include "cache/result_cache.hpp"
+#include "cache/detail/cache_front.hpp"
+#include "cache/detail/result_cache.hpp"
 #include "messages/batch_format.hpp"
 #include "messages/bounded_json.hpp"
-#include "messages/endpoint.hpp"
+#include "messages/detail/endpoint.hpp"
 #include "messages/json.hpp"
 #include "messages/registry.hpp"
 #include "providers/factory.hpp"
@@ -213,9 +213,9 @@ std::optional<int> parse_cli(int argc, char** argv, cli_options& opts) {
   return cli::parse(app, argc, argv);
 }
 
-/// `value` of `option`, HOST:PORT ([v6]:PORT too; messages/endpoint.hpp),
-/// its host an IP address to bind (`localhost`: 127.0.0.1); `loopback` by
-/// the one loopback rule.
+/// `value` of `option`, HOST:PORT ([v6]:PORT too;
+/// messages/detail/endpoint.hpp), its host an IP address to bind (`localhost`:
+/// 127.0.0.1); `loopback` by the one loopback rule.
 std::pair<std::string, uint16_t> split_host_port(const std::string& option,
                                                  const std::string& value,
                                                  bool& loopback) {

@@ -1,6 +1,6 @@
 #include "apps/sv_serve/sandboxes.hpp"
 
-#include "actors/quiet.hpp"
+#include "actors/detail/quiet.hpp"
 #include "apps/sv_serve/metrics.hpp"
 #include "messages/bounded_json.hpp"
 #include "messages/errors.hpp"

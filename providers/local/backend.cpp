@@ -15,7 +15,7 @@ namespace sv {
 
 namespace {
 
-/// `NAME@sha256:<64 hex>` (as cache/result_cache.hpp's image_pinned).
+/// `NAME@sha256:<64 hex>` (as cache/detail/result_cache.hpp's image_pinned).
 bool named_by_digest(const std::string& image) {
   auto at = image.rfind("@sha256:");
   return at != std::string::npos && image.size() == at + 8 + 64 &&

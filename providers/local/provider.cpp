@@ -9,19 +9,19 @@
 #include <caf/make_message.hpp>
 // clang-format on
 
-#include "actors/quiet.hpp"
+#include "actors/detail/quiet.hpp"
 #include "messages/bounded_json.hpp"
 #include "messages/errors.hpp"
 #include "messages/json.hpp"
 #include "messages/validation.hpp"
 #include "providers/local.hpp"
-#include "providers/local/host/process.hpp"
-#include "providers/local/host/trusted_dir.hpp"
-#include "providers/local/image/store.hpp"
-#include "providers/local/isolation.hpp"
-#include "providers/local/reaper.hpp"
-#include "providers/local/registry.hpp"
-#include "providers/local/sandbox/launch_plan.hpp"
+#include "providers/local/detail/host/process.hpp"
+#include "providers/local/detail/host/trusted_dir.hpp"
+#include "providers/local/detail/image/store.hpp"
+#include "providers/local/detail/isolation.hpp"
+#include "providers/local/detail/reaper.hpp"
+#include "providers/local/detail/registry.hpp"
+#include "providers/local/detail/sandbox/launch_plan.hpp"
 
 #include <algorithm>
 #include <array>
@@ -60,7 +60,7 @@ using io_done_atom = caf::atom_constant<caf::atom("io_done")>;
 
 /// A path relative to the sandbox's workdir (`relative_only`), or also an
 /// absolute one in the sandbox (the registry says whether it is a place the
-/// sandbox may write: sandbox/places.hpp).
+/// sandbox may write: detail/sandbox/places.hpp).
 caf::error check_path(std::string_view what, const std::string& path,
                       bool relative_only = false) {
   if (relative_only ? is_confined_path(path) : is_path_in_sandbox(path))

@@ -1,11 +1,11 @@
 // The settings of a `nodes` block (README, "Distributed grading") and the
 // middleman a front of them needs.
 
-#include "messages/endpoint.hpp"
+#include "messages/detail/endpoint.hpp"
 #include "messages/errors.hpp"
 #include "messages/json.hpp"
-#include "providers/nodes/nodes_provider.hpp"
-#include "providers/nodes/peer_identity.hpp"
+#include "providers/nodes/detail/nodes_provider.hpp"
+#include "providers/nodes/detail/peer_identity.hpp"
 
 #include <caf/actor_system_config.hpp>
 #include <stdexcept>

@@ -1,8 +1,8 @@
-#include "actors/quiet.hpp"
-#include "actors/waiters.hpp"
+#include "actors/detail/quiet.hpp"
+#include "actors/detail/waiters.hpp"
 #include "messages/errors.hpp"
-#include "providers/nodes/node_protocol.hpp"
-#include "providers/nodes/peer_identity.hpp"
+#include "providers/nodes/detail/node_protocol.hpp"
+#include "providers/nodes/detail/peer_identity.hpp"
 
 #include <algorithm>
 #include <caf/actor_cast.hpp>

@@ -1,21 +1,21 @@
 // The remote provider actor: each call becomes one request of sv-serve's
-// sandbox API on the connection pool (http_client.hpp); its answer is mapped
-// to the typed result on the pool's thread (wire.hpp) and sent back to this
-// actor, which delivers the requester's promise on its own thread (CAF 0.17:
-// never from a foreign thread). It owns those promises and fails them when
-// it exits (there is no broken_promise).
+// sandbox API on the connection pool (detail/http_client.hpp); its answer is
+// mapped to the typed result on the pool's thread (detail/wire.hpp) and sent
+// back to this actor, which delivers the requester's promise on its own thread
+// (CAF 0.17: never from a foreign thread). It owns those promises and fails
+// them when it exits (there is no broken_promise).
 
 // clang-format off
 // First: caf/result.hpp (included by the headers below) needs it declared.
 #include <caf/make_message.hpp>
 // clang-format on
 
-#include "actors/quiet.hpp"
+#include "actors/detail/quiet.hpp"
 #include "messages/errors.hpp"
 #include "providers/factory.hpp"
 #include "providers/remote.hpp"
-#include "providers/remote/http_client.hpp"
-#include "providers/remote/wire.hpp"
+#include "providers/remote/detail/http_client.hpp"
+#include "providers/remote/detail/wire.hpp"
 
 #include <algorithm>
 #include <caf/actor_cast.hpp>

@@ -1,4 +1,4 @@
-#include "actors/quiet.hpp"
+#include "actors/detail/quiet.hpp"
 #include "messages/errors.hpp"
 #include "messages/json.hpp"
 #include "providers/factory.hpp"
