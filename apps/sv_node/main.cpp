@@ -112,9 +112,9 @@ std::optional<int> parse_cli(int argc, char** argv, cli_options& opts) {
   app.add_flag("--insecure", opts.insecure,
                "plaintext BASP without certificates (no authentication)");
   app
-    .add_option("--max-ttl", opts.max_ttl_s,
+    .add_option("--max-sandbox-ttl-s,--max-ttl", opts.max_ttl_s,
                 "seconds a sandbox lives at most (a front's ttl_s of 0 or "
-                "more becomes this)")
+                "more becomes this; sv-serve's name)")
     ->capture_default_str()
     ->check(CLI::Range(1.0, 30.0 * 86400));
   app

@@ -1,5 +1,6 @@
 // The settings of a `{"remote": {...}}` provider block.
 
+#include "messages/detail/endpoint.hpp"
 #include "messages/json.hpp"
 #include "providers/remote.hpp"
 
@@ -52,31 +53,17 @@ void read_url(const std::string& url, remote_provider_config& out) {
   if (rest.find('/') != std::string::npos ||
       rest.find('@') != std::string::npos)
     throw bad("a path or user info is not allowed");
-  std::string host;
-  std::string port;
-  if (!rest.empty() && rest.front() == '[') { // [v6]:port
-    auto close = rest.find(']');
-    if (close == std::string::npos || close + 1 >= rest.size() ||
-        rest[close + 1] != ':')
-      throw bad("a bracketed IPv6 address needs a port");
-    host = rest.substr(1, close - 1);
-    port = rest.substr(close + 2);
-  } else {
-    auto colon = rest.rfind(':');
-    if (colon == std::string::npos)
-      throw bad("no port");
-    host = rest.substr(0, colon);
-    port = rest.substr(colon + 1);
+  // The authority is HOST:PORT as every program takes it (the one parser).
+  endpoint where;
+  try {
+    where = parse_endpoint(rest);
+  } catch (const std::invalid_argument& e) {
+    throw bad(std::string{e.what()} == "bad port" ? "the port must be 1..65535"
+                                                  : "no host or no port");
   }
-  if (host.empty())
-    throw bad("no host");
-  if (port.empty() || port.size() > 5 ||
-      port.find_first_not_of("0123456789") != std::string::npos ||
-      std::stoul(port) == 0 || std::stoul(port) > 65535)
-    throw bad("the port must be 1..65535");
   out.url = url;
-  out.host = host;
-  out.port = static_cast<uint16_t>(std::stoul(port));
+  out.host = where.host;
+  out.port = where.port;
 }
 
 } // namespace

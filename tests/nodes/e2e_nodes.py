@@ -75,7 +75,7 @@ class Cluster:
                  else ["--listen", f"127.0.0.1:{port}"])
         cmd = [self.sv_node, *where,
                "--provider-config", config, "--capacity", str(capacity),
-               "--log-level", "info"]
+               "--max-sandbox-ttl-s", "3600", "--log-level", "info"]
         if self.insecure:
             cmd += ["--insecure"]
         else:
