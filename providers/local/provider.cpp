@@ -14,6 +14,7 @@
 #include "messages/errors.hpp"
 #include "messages/json.hpp"
 #include "messages/validation.hpp"
+#include "providers/detail/pending_calls.hpp"
 #include "providers/local.hpp"
 #include "providers/local/detail/host/process.hpp"
 #include "providers/local/detail/host/trusted_dir.hpp"
@@ -181,11 +182,10 @@ struct local_state {
   /// This actor's token in the registry.
   uint64_t owner = 0;
   /// Requesters waiting for the registry, by call.
-  std::unordered_map<uint64_t, caf::response_promise> pending;
+  pending_calls<io_done_atom> pending;
   /// The create deadlines of creates in flight, by call: a sandbox made
   /// later is nobody's, so it is stopped here instead of handed out.
   std::unordered_map<uint64_t, caf::actor_clock::time_point> create_deadlines;
-  uint64_t next_call = 1;
 
   local_state() = default;
   local_state(const local_state&) = delete;
@@ -194,9 +194,8 @@ struct local_state {
   /// CAF destroys the state when the actor exits, whatever the reason (a
   /// kill and an exception too), on the actor's own thread.
   ~local_state() {
-    for (auto& entry : pending)
-      entry.second.deliver(make_error(provider_errc::unavailable,
-                                      "the local provider is shutting down"));
+    pending.fail_all(make_error(provider_errc::unavailable,
+                                "the local provider is shutting down"));
     if (registry)
       registry->leave(owner); // never blocks; the teardown runs on I/O threads
     // Dropping the reference never blocks either (make_local_registry).
@@ -204,37 +203,6 @@ struct local_state {
 };
 
 using local_actor = caf::stateful_actor<local_state>;
-
-/// Registers a call; its completion, on an I/O thread, comes back to this
-/// actor as a typed message (held weakly: I/O never keeps a dead provider
-/// alive, and a completion for a dead one is dropped).
-template <class T>
-std::pair<caf::response_promise, local_completion<T>>
-start_call(local_actor* self) {
-  auto call = self->state.next_call++;
-  auto rp = self->make_response_promise();
-  self->state.pending.emplace(call, rp);
-  local_completion<T> done = [addr{self->address()}, call](caf::expected<T> x) {
-    auto hdl = caf::actor_cast<caf::actor>(addr);
-    if (!hdl)
-      return;
-    if (x)
-      caf::anon_send(hdl, io_done_atom::value, call, std::move(*x));
-    else
-      caf::anon_send(hdl, io_done_atom::value, call, std::move(x.error()));
-  };
-  return {std::move(rp), std::move(done)};
-}
-
-template <class T>
-void finish_call(local_actor* self, uint64_t call, T&& x) {
-  auto i = self->state.pending.find(call);
-  if (i == self->state.pending.end())
-    return;
-  auto rp = std::move(i->second);
-  self->state.pending.erase(i);
-  rp.deliver(std::forward<T>(x));
-}
 
 caf::error check_live(local_actor* self, const sandbox_handle& h) {
   if (self->state.registry->is_live(h.sandbox_id))
@@ -250,7 +218,7 @@ template <class T, class F>
 caf::result<T> call(local_actor* self, caf::error err, F run) {
   if (err)
     return err;
-  auto [rp, done] = start_call<T>(self);
+  auto [rp, done] = self->state.pending.template start<T>(self);
   run(std::move(done));
   return caf::result<T>{caf::delegated<T>{}};
 }
@@ -275,7 +243,8 @@ caf::behavior local_provider(local_actor* self,
                           "create: dequeued after its deadline, nobody "
                           "waits for it any more");
       if (deadline != caf::actor_clock::time_point::max())
-        self->state.create_deadlines.emplace(self->state.next_call, deadline);
+        self->state.create_deadlines.emplace(self->state.pending.next(),
+                                             deadline);
       return call<sandbox_handle>(self, caf::none, [&](auto done) {
         self->state.registry->create(self->state.owner, spec, std::move(done));
       });
@@ -324,27 +293,27 @@ caf::behavior local_provider(local_actor* self,
                        h.sandbox_id);
           self->state.registry->stop(h.sandbox_id,
                                      [](caf::expected<ok_atom>) {});
-          finish_call(self, call,
-                      make_error(provider_errc::sandbox_error,
-                                 "create: finished after its deadline; the "
-                                 "sandbox was stopped"));
+          self->state.pending.finish(
+            call, make_error(provider_errc::sandbox_error,
+                             "create: finished after its deadline; the "
+                             "sandbox was stopped"));
           return;
         }
       }
-      finish_call(self, call, std::move(h));
+      self->state.pending.finish(call, std::move(h));
     },
     [self](io_done_atom, uint64_t call, exec_result& r) {
-      finish_call(self, call, std::move(r));
+      self->state.pending.finish(call, std::move(r));
     },
     [self](io_done_atom, uint64_t call, std::string& text) {
-      finish_call(self, call, std::move(text));
+      self->state.pending.finish(call, std::move(text));
     },
     [self](io_done_atom, uint64_t call, ok_atom ok) {
-      finish_call(self, call, ok);
+      self->state.pending.finish(call, ok);
     },
     [self](io_done_atom, uint64_t call, caf::error& err) {
       self->state.create_deadlines.erase(call);
-      finish_call(self, call, std::move(err));
+      self->state.pending.finish(call, std::move(err));
     },
   };
 }

@@ -12,6 +12,7 @@
 
 #include "actors/detail/quiet.hpp"
 #include "messages/errors.hpp"
+#include "providers/detail/pending_calls.hpp"
 #include "providers/factory.hpp"
 #include "providers/remote.hpp"
 #include "providers/remote/detail/http_client.hpp"
@@ -72,8 +73,7 @@ struct remote_state {
 
   std::shared_ptr<remote_client> client;
   /// Requesters waiting for an answer, by call.
-  std::unordered_map<uint64_t, caf::response_promise> pending;
-  uint64_t next_call = 1;
+  pending_calls<remote_done_atom> pending;
 
   remote_state() = default;
   remote_state(const remote_state&) = delete;
@@ -83,56 +83,20 @@ struct remote_state {
   /// Requests still on the wire finish on the pool; their answers find no
   /// actor and are dropped (a late create's sandbox is stopped).
   ~remote_state() {
-    for (auto& entry : pending)
-      entry.second.deliver(make_error(provider_errc::unavailable,
-                                      "the remote provider is shutting down"));
+    pending.fail_all(make_error(provider_errc::unavailable,
+                                "the remote provider is shutting down"));
   }
 };
 
 using remote_actor = caf::stateful_actor<remote_state>;
 
 template <class T>
-using completion = std::function<void(caf::expected<T>)>;
-
-/// Registers a call; its completion (on the pool's thread) comes back to
-/// this actor as a message. The actor is held weakly: a completion for a
-/// dead one is dropped, and `orphaned` (if any) runs instead.
-template <class T>
-std::pair<caf::response_promise, completion<T>>
-start_call(remote_actor* self, std::function<void(T&)> orphaned = {}) {
-  auto call = self->state.next_call++;
-  auto rp = self->make_response_promise();
-  self->state.pending.emplace(call, rp);
-  completion<T> done = [addr{self->address()}, call,
-                        orphaned{std::move(orphaned)}](caf::expected<T> x) {
-    auto hdl = caf::actor_cast<caf::actor>(addr);
-    if (!hdl) {
-      if (x && orphaned)
-        orphaned(*x);
-      return;
-    }
-    if (x)
-      caf::anon_send(hdl, remote_done_atom::value, call, std::move(*x));
-    else
-      caf::anon_send(hdl, remote_done_atom::value, call, std::move(x.error()));
-  };
-  return {std::move(rp), std::move(done)};
-}
-
-template <class T>
-void finish_call(remote_actor* self, uint64_t call, T&& x) {
-  auto i = self->state.pending.find(call);
-  if (i == self->state.pending.end())
-    return;
-  auto rp = std::move(i->second);
-  self->state.pending.erase(i);
-  rp.deliver(std::forward<T>(x));
-}
+using completion = call_completion<T>;
 
 /// Sends `req`; `read` maps its outcome to the typed result.
 template <class T, class Read>
 caf::result<T> call(remote_actor* self, http_request req, Read read) {
-  auto [rp, done] = start_call<T>(self);
+  auto [rp, done] = self->state.pending.template start<T>(self);
   auto cfg = self->state.client->cfg;
   self->state.client->pool.submit(
     std::move(req), [cfg, read, done{std::move(done)}](http_outcome out) {
@@ -223,7 +187,7 @@ void stop_orphan(std::weak_ptr<remote_client> weak, sandbox_handle& h) {
 caf::result<sandbox_handle> create(remote_actor* self, sandbox_spec& spec) {
   auto& client = self->state.client;
   std::weak_ptr<remote_client> weak = client;
-  auto [rp, done] = start_call<sandbox_handle>(
+  auto [rp, done] = self->state.pending.start<sandbox_handle>(
     self, [weak](sandbox_handle& h) { stop_orphan(weak, h); });
   create_attempt a;
   a.client = weak;
@@ -306,22 +270,22 @@ caf::behavior remote_provider(remote_actor* self,
         });
     },
     [self](remote_done_atom, uint64_t call, sandbox_handle& h) {
-      finish_call(self, call, std::move(h));
+      self->state.pending.finish(call, std::move(h));
     },
     [self](remote_done_atom, uint64_t call, sandbox_status s) {
-      finish_call(self, call, s);
+      self->state.pending.finish(call, s);
     },
     [self](remote_done_atom, uint64_t call, exec_result& r) {
-      finish_call(self, call, std::move(r));
+      self->state.pending.finish(call, std::move(r));
     },
     [self](remote_done_atom, uint64_t call, std::string& text) {
-      finish_call(self, call, std::move(text));
+      self->state.pending.finish(call, std::move(text));
     },
     [self](remote_done_atom, uint64_t call, ok_atom ok) {
-      finish_call(self, call, ok);
+      self->state.pending.finish(call, ok);
     },
     [self](remote_done_atom, uint64_t call, caf::error& err) {
-      finish_call(self, call, std::move(err));
+      self->state.pending.finish(call, std::move(err));
     },
   };
 }
