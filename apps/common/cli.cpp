@@ -14,6 +14,11 @@ void add_log_level(CLI::App& app, std::string& level, const std::string& help) {
       {"trace", "debug", "info", "warn", "error", "critical", "off"}));
 }
 
+void add_provider_config(CLI::App& app, std::string& path) {
+  app.add_option("--provider-config", path,
+                 "JSON or YAML provider block file (default: {\"local\": {}})");
+}
+
 std::optional<int> parse(CLI::App& app, int argc, char** argv) {
   try {
     app.parse(argc, argv);

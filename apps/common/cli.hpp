@@ -1,9 +1,9 @@
 #pragma once
 
 // What sv-grade, sv-serve and sv-node share on their command line: the
-// usage error (exit 2), --log-level, parsing with the exit statuses the
-// README gives, a logger on stderr, and main's mapping of errors to exit
-// statuses.
+// usage error (exit 2), --log-level, --provider-config, parsing with the exit
+// statuses the README gives, a logger on stderr, and main's mapping of errors
+// to exit statuses.
 
 #include <functional>
 #include <optional>
@@ -25,6 +25,10 @@ struct usage_error : std::runtime_error {
 void add_log_level(CLI::App& app, std::string& level,
                    const std::string& help = "trace, debug, info, warn, "
                                              "error, critical or off");
+
+/// Adds --provider-config FILE (a JSON or YAML provider block; its host
+/// paths are relative to the file).
+void add_provider_config(CLI::App& app, std::string& path);
 
 /// Parses the command line: empty to go on, else the exit status (0 after
 /// --help or --version, 2 for a usage error, its message printed).

@@ -105,8 +105,7 @@ std::optional<int> parse_cli(int argc, char** argv, cli_options& opts) {
                 "verifications at once (default: 2 x hardware threads; on a "
                 "nodes block, the sum of the nodes' capacities)")
     ->check(CLI::Range(size_t{1}, size_t{1000000}));
-  app.add_option("--provider-config", opts.provider_config,
-                 "JSON or YAML provider block file (default: {\"local\": {}})");
+  cli::add_provider_config(app, opts.provider_config);
   app.add_option("--work-dir", opts.work_dir,
                  "work_dir of lines that set none (relative to the sandbox's "
                  "workdir, or an absolute directory in the sandbox)");

@@ -85,8 +85,7 @@ std::optional<int> parse_cli(int argc, char** argv, cli_options& opts) {
   app.add_option("--name", opts.name,
                  "this node's name at the front it joins (stable across "
                  "restarts)");
-  app.add_option("--provider-config", opts.provider_config,
-                 "JSON or YAML provider block file (default: {\"local\": {}})");
+  cli::add_provider_config(app, opts.provider_config);
   app
     .add_option("--capacity", opts.capacity,
                 "sandboxes at once (default: 2 x hardware threads)")

@@ -111,8 +111,7 @@ std::optional<int> parse_cli(int argc, char** argv, cli_options& opts) {
                  "HOST:PORT: a second, plain HTTP port serving only /metrics "
                  "and /healthz without a token (otherwise /metrics needs "
                  "the token of --token-file)");
-  app.add_option("--provider-config", opts.provider_config,
-                 "JSON or YAML provider block file (default: {\"local\": {}})");
+  cli::add_provider_config(app, opts.provider_config);
   app.add_option("--token-file", opts.token_file,
                  "bearer tokens, one a line (re-read on SIGHUP)");
   app.add_option("--tls-cert", opts.tls_cert,
