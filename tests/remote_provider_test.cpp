@@ -691,9 +691,10 @@ TEST_CASE("remote settings: strict, with the url checked") {
   fails(json{{"url", "http://h"}}, "url", "no port");
   // The authority goes through the one HOST:PORT parser (messages/detail/
   // endpoint.hpp): [V6]:PORT, and no bare v6 or empty host.
-  auto v6 = parse_remote_provider_config(json{{"url", "http://[::1]:8080/"}});
-  CHECK(v6.host == "::1");
-  CHECK(v6.port == 8080);
+  auto slash =
+    parse_remote_provider_config(json{{"url", "http://[::1]:8080/"}});
+  CHECK(slash.host == "::1");
+  CHECK(slash.port == 8080);
   fails(json{{"url", "http://::1:8080"}}, "url", "no host or no port");
   fails(json{{"url", "http://:8080"}}, "url", "no host or no port");
   fails(json{{"url", "http://h:0"}}, "url", "1..65535");
